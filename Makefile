@@ -1,0 +1,78 @@
+# playbook-operator: `make run` runs the operator, `make test` runs every test. Both set up what they need.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PO := $(BIN)/playbook-operator
+# pytest workers: cluster tests mostly wait on the API server, so more workers than cores pays off.
+TEST_WORKERS ?= 4
+PYTEST_ARGS ?=
+WATCHES ?= watches.yaml
+
+# Without KUBECONFIG, every target that talks to a cluster uses the local control plane.
+LOCAL_KUBE = $(if $(KUBECONFIG),,eval "$$($(PO) cluster env)";)
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(BIN)/.installed: pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed (found %s); set PYTHON=..." % sys.version.split()[0])'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
+	@touch $@
+
+.PHONY: venv
+venv: $(BIN)/.installed ## create the virtualenv with the pinned dependencies
+
+.PHONY: cluster
+cluster: venv ## bring up the local control plane (unless KUBECONFIG is set)
+	@$(if $(KUBECONFIG),echo "using KUBECONFIG=$(KUBECONFIG)",$(PO) cluster up)
+
+.PHONY: cluster-down
+cluster-down: venv ## stop the local control plane
+	$(PO) cluster down
+
+.PHONY: install
+install: cluster ## install the CRDs into the cluster
+	@$(LOCAL_KUBE) kubectl apply -k deploy/crd
+
+.PHONY: uninstall
+uninstall: venv ## remove the CRDs (and every SampleDB) from the cluster
+	@$(LOCAL_KUBE) kubectl delete --ignore-not-found -k deploy/crd
+
+.PHONY: deploy
+deploy: install ## deploy the operator (RBAC, Deployment) with kustomize
+	@$(LOCAL_KUBE) kubectl apply -k deploy/default
+
+.PHONY: undeploy
+undeploy: venv ## remove the operator's Deployment and RBAC
+	@$(LOCAL_KUBE) kubectl delete --ignore-not-found -k deploy/default
+
+.PHONY: run
+run: install ## run the operator in the foreground against the cluster
+	@$(LOCAL_KUBE) PATH=$(abspath $(BIN)):$$PATH $(PO) run --watches-file $(WATCHES)
+
+.PHONY: lint
+lint: venv ## ruff
+	$(BIN)/ruff check .
+
+.PHONY: test
+test: venv lint ## ruff and the whole pytest suite (brings up a local cluster when KUBECONFIG is unset)
+	@start=$$(date +%s); \
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); rc=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s"; exit $$rc
+
+.PHONY: test-unit
+test-unit: venv ## only the unit tests (no cluster)
+	$(BIN)/pytest -m 'not cluster' $(PYTEST_ARGS)
+
+.PHONY: bench
+bench: venv ## side-by-side benchmarks against the Go ansible-operator (prints a table)
+	@PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m bench $(BENCH_ARGS)
+
+.PHONY: clean
+clean: ## remove the virtualenv and build leftovers (not the control-plane cache)
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,425 @@
+"""Starts, stops and inspects one local control plane: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok, each a plain process whose pid is recorded under the cluster's directory.
+
+The processes run in their own sessions so they outlive the command that started them; ``down`` finds
+them again by pid and checks the pid still runs the binary we started (pids get reused after a reboot).
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import build, paths
+from .pki import Pki
+
+DEFAULT_NAME = "default"
+NODE_COUNT = 3
+START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+@dataclass
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+
+
+@dataclass
+class ComponentStatus:
+    name: str
+    pid: int | None
+    running: bool
+    healthy: bool | None
+    log: Path
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # Go's listeners set SO_REUSEADDR, so sockets in TIME_WAIT left by a killed process don't block them
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+class LocalCluster:
+    def __init__(self, name: str = DEFAULT_NAME) -> None:
+        self.name = name
+        self.paths = paths.ClusterPaths.for_name(name)
+        self.pki = Pki(self.paths.pki)
+
+    # ----------------------------------------------------------------- bookkeeping
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        with open(self.paths.lock, "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _load_ports(self) -> Ports | None:
+        try:
+            return Ports(**json.loads(self.paths.state_file.read_text())["ports"])
+        except (FileNotFoundError, KeyError, TypeError, ValueError):
+            return None
+
+    def _save_ports(self, ports: Ports) -> None:
+        state = {"ports": asdict(ports), "versions": paths.version_key()}
+        self.paths.state_file.write_text(json.dumps(state, indent=2) + "\n")
+
+    def _pid_file(self, component: str) -> Path:
+        return self.paths.pids / f"{component}.pid"
+
+    def _log_file(self, component: str) -> Path:
+        return self.paths.logs / f"{component}.log"
+
+    def pid(self, component: str) -> int | None:
+        """The recorded pid, if that process is alive and still runs our binary."""
+        try:
+            pid = int(self._pid_file(component).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            return None
+        if Path(exe.removesuffix(" (deleted)")).name != component:
+            return None
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return None
+        except OSError:
+            return None
+        return pid
+
+    # ----------------------------------------------------------------- health
+    def _ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_crt))
+        ctx.load_cert_chain(str(self.pki.admin_crt), str(self.pki.admin_key))
+        return ctx
+
+    def _get(self, url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(url, context=ctx, timeout=timeout) as resp:
+                return resp.status, resp.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+        except (urllib.error.URLError, OSError):
+            return 0, ""
+
+    def etcd_healthy(self, ports: Ports) -> bool:
+        code, body = self._get(f"http://127.0.0.1:{ports.etcd_client}/health")
+        return code == 200 and '"health":"true"' in body.replace(" ", "")
+
+    def apiserver_ready(self, ports: Ports) -> bool:
+        code, _ = self._get(f"https://127.0.0.1:{ports.apiserver}/readyz", self._ssl_context())
+        return code == 200
+
+    def _wait(self, what: str, check: Callable[[], bool], timeout: float, component: str | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            if component and self.pid(component) is None:
+                raise ClusterError(f"{component} exited while starting; see {self._log_file(component)}:\n"
+                                   + _tail(self._log_file(component)))
+            time.sleep(0.2)
+        hint = f"; see {self._log_file(component)}" if component else ""
+        raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}{hint}")
+
+    # ----------------------------------------------------------------- processes
+    def _argv(self, component: str, ports: Ports) -> list[str]:
+        p, pki, kubeconfig = self.paths, self.pki, str(self.paths.kubeconfig)
+        binp = str(build.binary(component))
+        if component == "etcd":
+            peer = f"http://127.0.0.1:{ports.etcd_peer}"
+            client = f"http://127.0.0.1:{ports.etcd_client}"
+            return [binp, "--name", "local", "--data-dir", str(p.etcd_data),
+                    "--listen-client-urls", client, "--advertise-client-urls", client,
+                    "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                    "--initial-cluster", f"local={peer}",
+                    # dev/test data only: durability is not worth the fsync latency here
+                    "--unsafe-no-fsync", "--log-level", "warn"]
+        if component == "kube-apiserver":
+            return [binp, f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
+                    "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                    f"--secure-port={ports.apiserver}",
+                    f"--tls-cert-file={pki.apiserver_crt}", f"--tls-private-key-file={pki.apiserver_key}",
+                    f"--client-ca-file={pki.ca_crt}",
+                    "--service-account-issuer=https://kubernetes.default.svc",
+                    f"--service-account-key-file={pki.sa_pub}",
+                    f"--service-account-signing-key-file={pki.sa_key}",
+                    "--service-cluster-ip-range=10.0.0.0/24",
+                    "--authorization-mode=Node,RBAC", "--allow-privileged=true"]
+        common = [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+                  f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
+                  "--bind-address=127.0.0.1", "--secure-port=0"]
+        if component == "kube-controller-manager":
+            return [binp, *common,
+                    f"--service-account-private-key-file={pki.sa_key}", f"--root-ca-file={pki.ca_crt}",
+                    f"--cluster-signing-cert-file={pki.ca_crt}", f"--cluster-signing-key-file={pki.ca_key}",
+                    "--use-service-account-credentials=true",
+                    "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller"]
+        if component == "kube-scheduler":
+            return [binp, *common]
+        if component == "kwok":
+            return [binp, f"--kubeconfig={kubeconfig}", "--manage-all-nodes=true",
+                    "--node-lease-duration-seconds=40", f"--config={build.stages_file()}"]
+        raise ValueError(component)
+
+    def _start(self, component: str, ports: Ports) -> int:
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        self.paths.pids.mkdir(parents=True, exist_ok=True)
+        log = open(self._log_file(component), "ab")
+        log.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {component}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            self._argv(component, ports),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            cwd=self.paths.root, start_new_session=True,
+        )
+        log.close()
+        self._pid_file(component).write_text(f"{proc.pid}\n")
+        return proc.pid
+
+    def _stop(self, component: str, timeout: float = 10.0) -> bool:
+        pid = self.pid(component)
+        if pid is None:
+            self._pid_file(component).unlink(missing_ok=True)
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.pid(component) is not None:
+            time.sleep(0.1)
+        if self.pid(component) is not None:
+            os.kill(pid, signal.SIGKILL)
+            while self.pid(component) is not None:
+                time.sleep(0.05)
+        self._pid_file(component).unlink(missing_ok=True)
+        return True
+
+    # ----------------------------------------------------------------- kubeconfig and bootstrap
+    def _write_kubeconfig(self, ports: Ports) -> None:
+        def b64(path: Path) -> str:
+            return base64.b64encode(path.read_bytes()).decode()
+
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": f"local-{self.name}", "cluster": {
+                "server": f"https://127.0.0.1:{ports.apiserver}",
+                "certificate-authority-data": b64(self.pki.ca_crt)}}],
+            "users": [{"name": "admin", "user": {
+                "client-certificate-data": b64(self.pki.admin_crt),
+                "client-key-data": b64(self.pki.admin_key)}}],
+            "contexts": [{"name": f"local-{self.name}", "context": {
+                "cluster": f"local-{self.name}", "user": "admin", "namespace": "default"}}],
+            "current-context": f"local-{self.name}",
+        }
+        tmp = self.paths.kubeconfig.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cfg, indent=2) + "\n")
+        tmp.chmod(0o600)
+        tmp.rename(self.paths.kubeconfig)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(build.binary("kubectl")), f"--kubeconfig={self.paths.kubeconfig}", *args],
+            input=input, capture_output=True, text=True, timeout=60,
+        )
+        if check and proc.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+    def _nodes_manifest(self) -> str:
+        docs = []
+        for i in range(NODE_COUNT):
+            name = f"kwok-node-{i}"
+            docs.append(json.dumps({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name,
+                             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                             "labels": {"type": "kwok", "kubernetes.io/hostname": name,
+                                        "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                                        "topology.kubernetes.io/zone": f"zone-{i}"}},
+                "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                           "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}},
+            }))
+        return "\n---\n".join(docs)
+
+    def _clear_stale_node_leases(self) -> None:
+        # A new kwok process has a new holder identity: Leases left by an earlier one make its nodes
+        # read-only (pods on them are skipped) until they expire, so drop them before kwok starts.
+        self.kubectl("-n", "kube-node-lease", "delete", "leases", "--all", "--wait=false", check=False)
+
+    def _bootstrap(self) -> None:
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(build.storage_class_file()))
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=self._nodes_manifest())
+
+    def _usable(self) -> bool:
+        sa = self.kubectl("-n", "default", "get", "serviceaccount", "default", "-o", "name", check=False)
+        if sa.returncode != 0:
+            return False
+        nodes = self.kubectl("get", "nodes", "-o",
+                             "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status}{' '}{end}",
+                             check=False)
+        return nodes.returncode == 0 and nodes.stdout.split().count("True") >= NODE_COUNT
+
+    # ----------------------------------------------------------------- public commands
+    def running(self) -> bool:
+        ports = self._load_ports()
+        return (ports is not None and all(self.pid(c) for c in START_ORDER)
+                and self.paths.kubeconfig.exists() and self.apiserver_ready(ports))
+
+    def up(self, timeout: float = 180.0) -> float:
+        """Brings the cluster up (building binaries the first time); returns seconds taken."""
+        start = time.monotonic()
+        with self._locked():
+            if self.running():
+                return time.monotonic() - start
+            build.build()
+            if not self.pki.exists():
+                self.pki.generate()
+            ports = self._load_ports()
+            live = {c: self.pid(c) for c in START_ORDER}
+            if ports is None or (not live["etcd"] and not (_port_free(ports.etcd_client) and _port_free(ports.etcd_peer))) \
+                    or (not live["kube-apiserver"] and not _port_free(ports.apiserver)):
+                # First start, or our old ports were taken while we were down: pick new ones. The data
+                # stays; only the kubeconfig changes.
+                for c in START_ORDER:
+                    self._stop(c)
+                ports = Ports(_free_port(), _free_port(), _free_port())
+                live = dict.fromkeys(START_ORDER)
+            self._save_ports(ports)
+            self._write_kubeconfig(ports)
+
+            if not live["etcd"]:
+                self._start("etcd", ports)
+            self._wait("etcd to be healthy", lambda: self.etcd_healthy(ports), 30, "etcd")
+            if not live["kube-apiserver"]:
+                self._start("kube-apiserver", ports)
+            self._wait("kube-apiserver /readyz", lambda: self.apiserver_ready(ports), 60, "kube-apiserver")
+            for c in ("kube-controller-manager", "kube-scheduler"):
+                if not live[c]:
+                    self._start(c, ports)
+            self._bootstrap()
+            if not live["kwok"]:
+                self._clear_stale_node_leases()
+                self._start("kwok", ports)
+            self._wait("the cluster to be usable (default ServiceAccount, Ready nodes)", self._usable,
+                       max(10.0, timeout - (time.monotonic() - start)), "kwok")
+            return time.monotonic() - start
+
+    def down(self, purge: bool = False) -> list[str]:
+        """Stops every component we started; with purge, removes the cluster's data too."""
+        stopped = []
+        with self._locked():
+            for c in reversed(START_ORDER):
+                if self._stop(c):
+                    stopped.append(c)
+        if purge and self.paths.root.exists():
+            shutil.rmtree(self.paths.root)
+        return stopped
+
+    def status(self) -> list[ComponentStatus]:
+        ports = self._load_ports()
+        result = []
+        for c in START_ORDER:
+            pid = self.pid(c)
+            healthy: bool | None = None
+            if pid and ports:
+                if c == "etcd":
+                    healthy = self.etcd_healthy(ports)
+                elif c == "kube-apiserver":
+                    healthy = self.apiserver_ready(ports)
+            result.append(ComponentStatus(c, pid, pid is not None, healthy, self._log_file(c)))
+        return result
+
+    def env_lines(self) -> list[str]:
+        return [f"export KUBECONFIG={self.paths.kubeconfig}",
+                f"export PATH={build.binary('kubectl').parent}:$PATH"]
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def main(argv: list[str]) -> int:
+    """`playbook-operator cluster up|down|status|env|build`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="playbook-operator cluster",
+                                     description="A local Kubernetes control plane (etcd, kube-apiserver, "
+                                                 "controller-manager, scheduler, kwok) on loopback.")
+    parser.add_argument("--name", default=os.environ.get("PLAYBOOK_OPERATOR_CLUSTER", DEFAULT_NAME),
+                        help="cluster name; each has its own data directory (default: %(default)s)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="build (first time), start, wait until usable; idempotent")
+    up.add_argument("--timeout", type=float, default=180.0)
+    down = sub.add_parser("down", help="stop every component started for this cluster")
+    down.add_argument("--purge", action="store_true", help="also delete the cluster's data")
+    sub.add_parser("status", help="each component, its pid, health and log file")
+    sub.add_parser("env", help="print shell exports for KUBECONFIG and the built kubectl")
+    sub.add_parser("build", help="only build (or verify) the cached binaries")
+    args = parser.parse_args(argv)
+    cluster = LocalCluster(args.name)
+    try:
+        if args.command == "up":
+            already = cluster.running()
+            took = cluster.up(args.timeout)
+            state = "already running" if already else f"up in {took:.1f} s"
+            print(f"cluster {args.name!r} {state}; kubeconfig: {cluster.paths.kubeconfig}", file=sys.stderr)
+            print(f"logs: {cluster.paths.logs}", file=sys.stderr)
+        elif args.command == "down":
+            stopped = cluster.down(args.purge)
+            print(f"stopped: {', '.join(stopped) or 'nothing was running'}"
+                  + (f"; removed {cluster.paths.root}" if args.purge else ""), file=sys.stderr)
+        elif args.command == "status":
+            print(f"cluster {args.name!r}: data {cluster.paths.root}")
+            print(f"binaries: {paths.binaries_dir()} ({'built' if build.is_built() else 'not built'})")
+            for st in cluster.status():
+                health = {True: "healthy", False: "UNHEALTHY", None: "-"}[st.healthy]
+                state = f"running pid {st.pid}" if st.running else "stopped"
+                print(f"  {st.name:<24} {state:<18} {health:<10} log: {st.log}")
+            return 0 if all(st.running for st in cluster.status()) else 3
+        elif args.command == "env":
+            print("\n".join(cluster.env_lines()))
+        elif args.command == "build":
+            print(build.build())
+    except (build.BuildError, ClusterError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
