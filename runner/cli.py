@@ -1,8 +1,127 @@
-"""The `playbook-operator` command: `run` (the operator) and `cluster` (the local control plane)."""
+"""The `playbook-operator` command: `run` (the operator, with the ansible-operator's flags) and `cluster`
+(the local control plane for development and tests)."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import os
 import sys
+from pathlib import Path
+
+from . import __version__
+from .config import ConfigError, RunConfig, load_watches, parse_duration
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 30s, 5m, 10h)") from None
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+def run_parser() -> argparse.ArgumentParser:
+    d = RunConfig()
+    p = argparse.ArgumentParser(prog="playbook-operator run",
+                                description="Run the operator: watch the kinds in watches.yaml and run their roles.")
+    a = p.add_argument
+    a("--watches-file", default=os.environ.get("WATCHES_FILE", str(d.watches_file)),
+      help="path to watches.yaml (default: %(default)s)")
+    a("--inject-owner-ref", type=_bool, nargs="?", const=True, default=d.inject_owner_ref,
+      help="add an ownerReference to the CR on objects roles create (default: %(default)s)")
+    a("--ansible-verbosity", type=int, default=d.ansible_verbosity, help="ansible -v level 0-7 (default: %(default)s)")
+    a("--ansible-roles-path", default=None, help="ANSIBLE_ROLES_PATH for the runs")
+    a("--ansible-collections-path", default=None, help="ANSIBLE_COLLECTIONS_PATH for the runs")
+    a("--ansible-args", default="", help="extra arguments for ansible-playbook, e.g. '--skip-tags slow'")
+    a("--reconcile-period", type=_duration, default=d.reconcile_period,
+      help="resync period when watches.yaml sets none (default: 10h)")
+    a("--max-concurrent-reconciles", type=int, default=None,
+      help="runs at once per kind (default: the number of CPUs)")
+    a("--max-concurrent-runs", type=int, default=0,
+      help="runs at once across all kinds (default: the sum of the per-kind limits)")
+    a("--metrics-bind-address", default=d.metrics_bind_address, help="'0' disables (default: %(default)s)")
+    a("--health-probe-bind-address", default=d.health_probe_bind_address, help="(default: %(default)s)")
+    a("--leader-elect", type=_bool, nargs="?", const=True, default=False, help="elect one active replica")
+    a("--leader-election-id", default="", help="name of the Lease (default: playbook-operator-lock)")
+    a("--leader-election-namespace", default="", help="namespace of the Lease (default: the pod's)")
+    a("--leader-election-lease-duration", type=_duration, default=d.lease_duration, dest="lease_duration")
+    a("--leader-election-renew-deadline", type=_duration, default=d.renew_deadline, dest="renew_deadline")
+    a("--leader-election-retry-period", type=_duration, default=d.retry_period, dest="retry_period")
+    a("--graceful-shutdown-timeout", type=_duration, default=d.graceful_shutdown_timeout,
+      help="how long runs may finish after SIGTERM (default: 30s)")
+    a("--ansible-log-events", choices=("Tasks", "Everything", "Nothing"), default=d.ansible_log_events)
+    a("--log-level", "--zap-log-level", dest="log_level", default=os.environ.get("LOG_LEVEL", d.log_level),
+      help="debug, info, warning, error (default: %(default)s)")
+    a("--log-format", "--zap-encoder", dest="log_format", choices=("text", "json", "console"),
+      default=d.log_format)
+    a("--artifacts-dir", default=os.environ.get("PLAYBOOK_OPERATOR_ARTIFACTS", str(d.artifacts_dir)),
+      help="where runner input and artifact directories live (default: %(default)s)")
+    a("--executor", choices=("warm", "cold"), default=os.environ.get("PLAYBOOK_OPERATOR_EXECUTOR", d.executor),
+      help="warm: forked pre-imported Ansible workers; cold: ansible-runner per run (default: %(default)s)")
+    a("--retry-backoff-base", type=_duration, default=d.retry_backoff_base, help="first retry after a failure")
+    a("--retry-backoff-max", type=_duration, default=d.retry_backoff_max, help="longest retry delay")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    namespaces = tuple(n.strip() for n in os.environ.get("WATCH_NAMESPACE", "").split(",") if n.strip())
+    return RunConfig(
+        watches_file=Path(args.watches_file),
+        inject_owner_ref=args.inject_owner_ref,
+        ansible_verbosity=args.ansible_verbosity,
+        ansible_roles_path=args.ansible_roles_path,
+        ansible_collections_path=args.ansible_collections_path,
+        ansible_args=args.ansible_args,
+        reconcile_period=args.reconcile_period,
+        max_concurrent_reconciles=args.max_concurrent_reconciles or os.cpu_count() or 1,
+        max_concurrent_runs=args.max_concurrent_runs,
+        metrics_bind_address=args.metrics_bind_address,
+        health_probe_bind_address=args.health_probe_bind_address,
+        leader_elect=args.leader_elect,
+        leader_election_id=args.leader_election_id,
+        leader_election_namespace=args.leader_election_namespace,
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+        graceful_shutdown_timeout=args.graceful_shutdown_timeout,
+        ansible_log_events=args.ansible_log_events,
+        log_level=args.log_level,
+        log_format="text" if args.log_format == "console" else args.log_format,
+        watch_namespaces=namespaces,
+        artifacts_dir=Path(args.artifacts_dir),
+        executor=args.executor,
+        retry_backoff_base=args.retry_backoff_base,
+        retry_backoff_max=args.retry_backoff_max,
+    )
+
+
+def run(argv: list[str]) -> int:
+    args = run_parser().parse_args(argv)
+    cfg = config_from_args(args)
+    from . import logs
+
+    logs.setup(cfg.log_level, cfg.log_format)
+    if cfg.ansible_roles_path:
+        os.environ["ANSIBLE_ROLES_PATH"] = cfg.ansible_roles_path
+    if cfg.ansible_collections_path:
+        os.environ["ANSIBLE_COLLECTIONS_PATH"] = cfg.ansible_collections_path
+    try:
+        watches = load_watches(cfg.watches_file, max_concurrent_reconciles=cfg.max_concurrent_reconciles,
+                               ansible_verbosity=cfg.ansible_verbosity)
+    except ConfigError as exc:
+        print(f"error: invalid watches file: {exc}", file=sys.stderr)
+        return 2
+    from .manager import Operator
+
+    return asyncio.run(Operator(cfg, watches).run())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -12,5 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         from localcluster.cluster import main as cluster_main
 
         return cluster_main(argv[1:])
-    print("usage: playbook-operator {run,cluster} ...", file=sys.stderr)
+    if argv and argv[0] == "run":
+        return run(argv[1:])
+    if argv and argv[0] in ("--version", "version"):
+        print(f"playbook-operator {__version__}")
+        return 0
+    print("usage: playbook-operator {run,cluster,version} ...\n"
+          "  run      run the operator (see `playbook-operator run --help`)\n"
+          "  cluster  the local control plane: up, down, status, env", file=sys.stderr)
     return 2

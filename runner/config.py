@@ -388,3 +388,36 @@ def _target(ctx: _Ctx, prefix: str, entry: dict[str, Any], base_dirs: list[Path]
             return None, c.resolve()
     raise ctx.fail(f"{prefix}playbook", f"playbook {playbook!r} not found; looked in: "
                                         f"{', '.join(str(c) for c in candidates)}")
+
+
+# --------------------------------------------------------------------------- run flags
+@dataclass
+class RunConfig:
+    """Everything `playbook-operator run` was told, flags and environment together."""
+
+    watches_file: Path = Path("watches.yaml")
+    inject_owner_ref: bool = True
+    ansible_verbosity: int = 2
+    ansible_roles_path: str | None = None
+    ansible_collections_path: str | None = None
+    ansible_args: str = ""
+    reconcile_period: float = DEFAULT_RECONCILE_PERIOD
+    max_concurrent_reconciles: int = 1
+    max_concurrent_runs: int = 0  # 0: no cap beyond the per-kind ones
+    metrics_bind_address: str = ":8080"
+    health_probe_bind_address: str = ":6789"
+    leader_elect: bool = False
+    leader_election_id: str = ""
+    leader_election_namespace: str = ""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    graceful_shutdown_timeout: float = 30.0
+    ansible_log_events: str = "Tasks"
+    log_level: str = "info"
+    log_format: str = "text"
+    watch_namespaces: tuple[str, ...] = ()  # empty: all namespaces
+    artifacts_dir: Path = Path("/tmp/ansible-operator/runner")
+    executor: str = "cold"  # becomes "warm" once the warm path exists
+    retry_backoff_base: float = 1.0
+    retry_backoff_max: float = 300.0

@@ -1,0 +1,99 @@
+#!/usr/bin/python
+# playbook-operator's operator_sdk.util.osdk_metric
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: osdk_metric
+short_description: Record a Prometheus metric on the operator's /metrics endpoint
+description:
+  - Counters, gauges, histograms and summaries, created on first use with this name and description.
+  - The metric reaches the operator through this task's result (the runtime reads it from the run's
+    events), so no port needs to be open between the run and the operator. C(address) is accepted for
+    compatibility with the Go ansible-operator and otherwise unused.
+options:
+  name: {description: The metric name., type: str, required: true}
+  description: {description: The metric help text., type: str, required: true}
+  address: {description: Unused (compatibility)., type: str, default: "http://localhost:5050/metrics"}
+  counter:
+    description: Increment (C(increment: true)) or add to (C(add)) a counter.
+    type: dict
+    suboptions:
+      increment: {type: bool}
+      add: {type: float}
+  gauge:
+    description: Change a gauge.
+    type: dict
+    suboptions:
+      set: {type: float}
+      increment: {type: bool}
+      decrement: {type: bool}
+      add: {type: float}
+      subtract: {type: float}
+      set_to_current_time: {type: bool}
+  histogram:
+    description: Observe a value.
+    type: dict
+    suboptions:
+      observe: {type: float}
+  summary:
+    description: Observe a value.
+    type: dict
+    suboptions:
+      observe: {type: float}
+author: playbook-operator
+"""
+
+EXAMPLES = r"""
+- operator_sdk.util.osdk_metric:
+    name: sampledb_backups_total
+    description: Backups taken
+    counter:
+      increment: true
+"""
+
+RETURN = r"""
+osdk_metric:
+  description: The metric update the operator applies.
+  type: dict
+  returned: success
+"""
+
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+TYPES = ("counter", "gauge", "histogram", "summary")
+NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "description": {"type": "str", "required": True},
+            "address": {"type": "str", "default": "http://localhost:5050/metrics"},
+            "counter": {"type": "dict", "options": {"increment": {"type": "bool"}, "add": {"type": "float"}}},
+            "gauge": {"type": "dict", "options": {
+                "set": {"type": "float"}, "increment": {"type": "bool"}, "decrement": {"type": "bool"},
+                "add": {"type": "float"}, "subtract": {"type": "float"}, "set_to_current_time": {"type": "bool"}}},
+            "histogram": {"type": "dict", "options": {"observe": {"type": "float"}}},
+            "summary": {"type": "dict", "options": {"observe": {"type": "float"}}},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not NAME.match(p["name"]):
+        module.fail_json(msg="%r is not a valid Prometheus metric name" % p["name"])
+    given = [t for t in TYPES if p.get(t) is not None]
+    if len(given) != 1:
+        module.fail_json(msg="a request should contain at least one metric" if not given
+                         else "only one metric can be processed at a time")
+    kind = given[0]
+    spec = {k: v for k, v in p[kind].items() if v is not None}
+    if kind == "counter" and spec.get("add") is not None and spec["add"] < 0:
+        module.fail_json(msg="counter metrics cannot decrease in value")
+    module.exit_json(changed=True, osdk_metric={"name": p["name"], "description": p["description"], kind: spec})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""The executor interface and the per-object input directory both executors share."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from .outcome import Outcome, interpret
+
+INVENTORY = f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+
+
+@dataclass
+class RunRequest:
+    ident: str
+    private_data_dir: Path  # one per object: inventory/, env/, artifacts/<ident>/
+    playbook: Path
+    extravars: dict[str, Any]
+    env: dict[str, str] = field(default_factory=dict)  # added to the operator's environment
+    verbosity: int = 0
+    cmdline: str = ""  # --ansible-args, appended to ansible-playbook's arguments
+    keep_artifacts: int = 20  # newest artifact directories kept for this object; 0 keeps none
+    label: str = ""  # "<kind> <namespace>/<name>", for logs
+
+    @property
+    def artifact_dir(self) -> Path:
+        return self.private_data_dir / "artifacts" / self.ident
+
+    def prepare_dir(self) -> None:
+        inv = self.private_data_dir / "inventory" / "hosts"
+        if not inv.exists():
+            inv.parent.mkdir(parents=True, exist_ok=True)
+            inv.write_text(INVENTORY)
+
+
+@dataclass
+class RunResult:
+    rc: int
+    status: str  # successful | failed | canceled | error
+    events: list[dict[str, Any]]
+    artifact_dir: Path
+    outcome: Outcome = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.outcome = interpret(self.events, self.rc, self.status)
+
+
+class Executor(Protocol):
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def run(self, request: RunRequest) -> RunResult: ...
+
+    async def stop(self) -> None: ...
+
+
+def read_events(artifact_dir: Path) -> list[dict[str, Any]]:
+    """The job events ansible-runner's callback wrote, in order."""
+    events = []
+    for path in (artifact_dir / "job_events").glob("*.json"):
+        try:
+            events.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue  # a partial file from a run killed mid-write
+    events.sort(key=lambda e: e.get("counter", 0))
+    return events
+
+
+def prune_artifacts(request: RunRequest) -> None:
+    """Keep only the newest ``keep_artifacts`` run directories of this object (0: none, not even this run's)."""
+    root = request.private_data_dir / "artifacts"
+    if not root.is_dir():
+        return
+    runs = sorted((p for p in root.iterdir() if p.is_dir() and not p.is_symlink()), key=lambda p: p.stat().st_mtime)
+    excess = runs if request.keep_artifacts <= 0 else runs[: max(0, len(runs) - request.keep_artifacts)]
+    for old in excess:
+        shutil.rmtree(old, ignore_errors=True)
+    # The extra-vars hold the whole object; they are inputs of this run only, never kept on disk.
+    (request.private_data_dir / "env" / "extravars").unlink(missing_ok=True)

@@ -1,0 +1,77 @@
+"""What a run's events mean for the operator: success, failure messages, counts, requeue, metrics."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import parse_duration
+
+HOST = "localhost"
+UNKNOWN_FAILURE = "unknown playbook failure"
+REQUEUE_ACTIONS = ("operator_sdk.util.requeue_after", "requeue_after")
+METRIC_ACTIONS = ("operator_sdk.util.osdk_metric", "osdk_metric")
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    failures: list[str] = field(default_factory=list)
+    result: dict[str, Any] | None = None  # ansibleResult: ok, changed, skipped, failures, completion
+    requeue_after: float | None = None
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    failed_task: str | None = None
+
+    @property
+    def changed(self) -> int:
+        return int((self.result or {}).get("changed", 0))
+
+
+def _count(stats: dict[str, Any], key: str) -> int:
+    value = stats.get(key) or {}
+    return int(value.get(HOST, 0)) if isinstance(value, dict) else 0
+
+
+def interpret(events: list[dict[str, Any]], rc: int, status: str) -> Outcome:
+    failures: list[str] = []
+    failed_task = None
+    requeue = None
+    metrics = []
+    stats = None
+    for ev in events:
+        name = ev.get("event")
+        data = ev.get("event_data") or {}
+        action = data.get("task_action")
+        res = data.get("res") if isinstance(data.get("res"), dict) else {}
+        if name == "runner_on_ok" and action in REQUEUE_ACTIONS and res.get("period"):
+            try:
+                requeue = parse_duration(str(res["period"]))
+            except ValueError:
+                failures.append(f"requeue_after: invalid time {res['period']!r}")
+        elif name == "runner_on_ok" and action in METRIC_ACTIONS and isinstance(res.get("osdk_metric"), dict):
+            metrics.append(res["osdk_metric"])
+        elif name in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+            msg = res.get("msg")
+            failures.append(msg if isinstance(msg, str) and msg else UNKNOWN_FAILURE)
+            failed_task = failed_task or data.get("task")
+        elif name == "playbook_on_stats":
+            stats = ev
+    result = None
+    if stats is not None:
+        sd = stats.get("event_data") or {}
+        result = {
+            "ok": _count(sd, "ok"),
+            "changed": _count(sd, "changed"),
+            "skipped": _count(sd, "skipped"),
+            "failures": _count(sd, "failures") + _count(sd, "dark"),
+            "completion": stats.get("created") or dt.datetime.now(dt.UTC).isoformat(),
+        }
+        # A failed task inside a block with a rescue is not a failure of the run.
+        if result["failures"] == 0 and rc == 0:
+            failures = []
+    ok = stats is not None and rc == 0 and status == "successful" and not failures
+    if not ok and not failures:
+        failures = [UNKNOWN_FAILURE if stats is not None else f"the run ended without a result ({status}, rc={rc})"]
+    return Outcome(ok=ok, failures=failures, result=result, requeue_after=requeue, metrics=metrics,
+                   failed_task=failed_task)

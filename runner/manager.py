@@ -1,0 +1,244 @@
+"""Starts everything for `playbook-operator run`: endpoints, leader election, the executor, one queue and
+reconciler per watch, kopf; and stops it all gracefully on SIGTERM.
+
+An event's path: kopf (watching.py) → ObjectStore + WorkQueue (queue.py) → Reconciler (reconcile.py)
+→ Executor (execution/) → status.py / events.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import kopf
+
+from . import leader as leader_mod
+from .ansible import CALLBACK_DIR, COLLECTIONS_DIR
+from .config import RunConfig, Watch
+from .execution import Executor
+from .kube import Kube, Resource
+from .queue import Backoff, WorkQueue
+from .reconcile import Reconciler, Settings
+from .server import Endpoints
+from .watching import ObjectStore, register
+
+log = logging.getLogger("playbook_operator")
+
+# kubernetes.core modules that take a namespace: the CR's namespace becomes their default, as if the
+# role had written `namespace: "{{ ansible_operator_meta.namespace }}"`. k8s_info is left out on
+# purpose: without a namespace it lists across namespaces, and roles rely on that.
+NAMESPACED_MODULES = (
+    "kubernetes.core.k8s", "kubernetes.core.k8s_cp", "kubernetes.core.k8s_exec", "kubernetes.core.k8s_json_patch",
+    "kubernetes.core.k8s_log", "kubernetes.core.k8s_rollback", "kubernetes.core.k8s_scale",
+    "kubernetes.core.k8s_service", "operator_sdk.util.k8s_status", "operator_sdk.util.k8s_event",
+)
+
+
+def ansible_env(cfg: RunConfig) -> dict[str, str]:
+    """The environment every run starts from (on top of the operator's own)."""
+    collections = [str(COLLECTIONS_DIR)]
+    user_collections = cfg.ansible_collections_path or os.environ.get("ANSIBLE_COLLECTIONS_PATH")
+    collections.append(user_collections or f"{Path.home() / '.ansible/collections'}:/usr/share/ansible/collections")
+    env = {
+        "ANSIBLE_CALLBACK_PLUGINS": ":".join(filter(None, [str(CALLBACK_DIR), os.environ.get("ANSIBLE_CALLBACK_PLUGINS")])),
+        "ANSIBLE_COLLECTIONS_PATH": ":".join(collections),
+        # Scaffolded ansible-operator projects set this in their Deployment; facts cost a second per run.
+        "ANSIBLE_GATHERING": os.environ.get("ANSIBLE_GATHERING", "explicit"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+    }
+    roles_path = cfg.ansible_roles_path or os.environ.get("ANSIBLE_ROLES_PATH")
+    if roles_path:
+        env["ANSIBLE_ROLES_PATH"] = roles_path
+    return env
+
+
+def role_playbook(role: Path) -> list[dict[str, Any]]:
+    return [{
+        "hosts": "localhost",
+        "module_defaults": {m: {"namespace": "{{ ansible_operator_meta.namespace }}"} for m in NAMESPACED_MODULES},
+        "roles": [{"name": str(role)}],
+    }]
+
+
+def write_playbooks(watch: Watch, root: Path) -> dict[str, Path]:
+    """The playbook each run of this watch executes: the user's own, or a one-role play around the role.
+    Written once at start-up; it names the role by path, so edits to the role apply on the next run."""
+    root.mkdir(parents=True, exist_ok=True)
+    stem = f"{watch.gvk.group or 'core'}_{watch.gvk.version}_{watch.gvk.kind}"
+    out: dict[str, Path] = {}
+
+    def target(role: Path | None, playbook: Path | None, suffix: str) -> Path:
+        if playbook:
+            return playbook
+        assert role is not None
+        path = root / f"{stem}{suffix}.json"
+        path.write_text(json.dumps(role_playbook(role), indent=2))
+        return path
+
+    out["main"] = target(watch.role, watch.playbook, "")
+    if watch.finalizer and (watch.finalizer.role or watch.finalizer.playbook):
+        out["finalizer"] = target(watch.finalizer.role, watch.finalizer.playbook, "_finalizer")
+    return out
+
+
+class PassThroughEnvironment:
+    """Runs use the operator's own credentials (in-cluster or KUBECONFIG), unchanged."""
+
+    def env_for(self, obj: dict[str, Any]) -> dict[str, str]:
+        return {}
+
+    def release(self, obj: dict[str, Any]) -> None:
+        return None
+
+
+def make_executor(cfg: RunConfig, parallel: int) -> Executor:
+    env = ansible_env(cfg)
+    if cfg.executor == "cold":
+        from .execution.cold import ColdExecutor
+
+        return ColdExecutor(parallel, env)
+    from .execution.warm import WarmExecutor
+
+    return WarmExecutor(parallel, env)
+
+
+class LazyResource:
+    """Resolves a kind's plural and scope on first use: the CRD may be installed after the operator starts."""
+
+    def __init__(self, kube: Kube, watch: Watch) -> None:
+        self.kube, self.watch = kube, watch
+        self._res: Resource | None = None
+
+    def get(self) -> Resource:
+        if self._res is None:
+            self._res = self.kube.discover(self.watch.gvk)
+        return self._res
+
+
+class Operator:
+    def __init__(self, cfg: RunConfig, watches: list[Watch]) -> None:
+        self.cfg = cfg
+        self.watches = watches
+        self.stopping = asyncio.Event()
+        self.kopf_ready = asyncio.Event()
+        self.leader: leader_mod.LeaderElector | None = None
+        self.queues: list[WorkQueue] = []
+        self.exit_code = 0
+
+    def ready(self) -> bool:
+        return self.kopf_ready.is_set() and (self.leader is None or self.leader.is_leader) and not self.stopping.is_set()
+
+    def _on_signal(self, signum: int) -> None:
+        log.info("received %s: shutting down (grace %.0fs)", signal.Signals(signum).name,
+                 self.cfg.graceful_shutdown_timeout)
+        self.stopping.set()
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+    async def run(self) -> int:
+        cfg = self.cfg
+        self._install_signals()
+        kube = Kube()
+        endpoints = Endpoints(cfg.health_probe_bind_address, cfg.metrics_bind_address, self.ready)
+        await endpoints.start()
+        try:
+            if cfg.leader_elect:
+                self.leader = leader_mod.LeaderElector(kube, cfg)
+                log.info("waiting to become the leader (lease %s/%s)", self.leader.namespace, self.leader.name)
+                if not await self.leader.acquire(self.stopping):
+                    return 0
+            await self._lead(kube)
+        finally:
+            if self.leader is not None:
+                await self.leader.release()
+            await endpoints.stop()
+            kube.close()
+        return self.exit_code
+
+    async def _lead(self, kube: Kube) -> None:
+        cfg = self.cfg
+        total_workers = sum(w.max_concurrent_reconciles for w in self.watches)
+        cap = cfg.max_concurrent_runs or total_workers
+        executor = make_executor(cfg, cap)
+        await executor.start()
+        global_cap = asyncio.Semaphore(cap)
+        registry = kopf.OperatorRegistry()
+        settings = kopf.OperatorSettings()
+        settings.posting.enabled = False  # our Events are ours; kopf's handler chatter is not for users
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.watching.connect_timeout = 10
+        settings.networking.error_backoffs = (0.5, 1, 2, 3, 5, 8)
+        reconcile_settings = Settings(cfg.reconcile_period, cfg.artifacts_dir, cfg.ansible_args, cfg.ansible_log_events)
+        playbook_root = cfg.artifacts_dir / "_playbooks"
+        for watch in self.watches:
+            store = ObjectStore(watch)
+            resource = LazyResource(kube, watch)
+            reconciler = Reconciler(watch, resource, reconcile_settings, kube, executor, store,
+                                    write_playbooks(watch, playbook_root), PassThroughEnvironment())
+            queue = WorkQueue(
+                name=watch.gvk.kind, workers=watch.max_concurrent_reconciles, handler=reconciler,
+                global_cap=global_cap, resync_period=lambda key, r=reconciler, s=store: r.reconcile_period(s.latest(key)),
+                backoff=Backoff(cfg.retry_backoff_base, cfg.retry_backoff_max))
+            register(registry, settings, watch, store, queue)
+            queue.start()
+            self.queues.append(queue)
+            log.info("watching %s with %s (%d workers)", watch.gvk, watch.target, watch.max_concurrent_reconciles)
+
+        @kopf.on.login(registry=registry)
+        def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+            return kopf.login_via_client(**kwargs)
+
+        kopf_stop = asyncio.Event()
+        kopf_ready = asyncio.Event()
+        namespaces = list(cfg.watch_namespaces)
+        kopf_task = asyncio.create_task(kopf.operator(
+            registry=registry, settings=settings, standalone=True, clusterwide=not namespaces,
+            namespaces=namespaces, stop_flag=kopf_stop, ready_flag=kopf_ready), name="kopf")
+
+        async def mark_ready() -> None:
+            await kopf_ready.wait()
+            self._install_signals()  # kopf installs its own handlers at start; ours drain the queues first
+            self.kopf_ready.set()
+            log.info("operator ready: %d kind(s) watched, executor %s, at most %d runs at once",
+                     len(self.watches), executor.name, cap)
+
+        ready_task = asyncio.create_task(mark_ready())
+        lost = asyncio.create_task(self.leader.lost.wait()) if self.leader else None
+        waiters = [asyncio.create_task(self.stopping.wait()), kopf_task] + ([lost] if lost else [])
+        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if lost in done:
+            log.error("lost the leader lease: stopping every run now so that no two leaders run roles")
+            self.exit_code = 1
+            grace = 0.0
+        else:
+            grace = cfg.graceful_shutdown_timeout
+        if kopf_task in done and kopf_task.exception():
+            log.error("the watch machinery failed: %s", kopf_task.exception())
+            self.exit_code = 1
+        self.stopping.set()
+        kopf_stop.set()
+        finished = await asyncio.gather(*(q.shutdown(grace) for q in self.queues))
+        if not all(finished):
+            log.warning("runs still in progress after %.0fs were cancelled", grace)
+        await executor.stop()
+        for t in (ready_task, *waiters):
+            if not t.done():
+                t.cancel()
+        try:
+            await asyncio.wait_for(kopf_task, 10)
+        except (TimeoutError, asyncio.CancelledError, Exception):
+            pass

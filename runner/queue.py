@@ -1,0 +1,208 @@
+"""Level-triggered scheduling, with controller-runtime's workqueue semantics.
+
+A key (namespace, name) is queued at most once. A key added while its run is in progress is marked
+dirty and queued again when that run ends, so it gets exactly one more run, which reads the newest
+state. Delayed adds implement the resync period, ``requeue_after`` and the failure backoff; the earliest
+pending delay wins. Each kind has its own workers (its max-concurrent-reconciles); every kind's runs
+also share one global cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from . import metrics
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
+
+# Why a key is queued. A run triggered only by RESYNC is "idle": if it changes nothing, it writes nothing.
+CHANGE, RESYNC, RETRY, REQUEUE = "change", "resync", "retry", "requeue"
+
+
+@dataclass
+class Outcome:
+    """What a run asks of the queue: retry with backoff (error), or come back after ``requeue_after``."""
+
+    error: bool = False
+    requeue_after: float | None = None
+    forget: bool = False  # the object is gone: drop its timers and failure count
+
+
+@dataclass
+class _Delayed:
+    due: float
+    reason: str
+    handle: asyncio.TimerHandle
+
+
+@dataclass
+class Backoff:
+    base: float = 1.0
+    cap: float = 300.0
+
+    def delay(self, failures: int) -> float:
+        return min(self.cap, self.base * (2 ** max(0, failures - 1)))
+
+
+@dataclass
+class WorkQueue:
+    name: str  # the kind, for metrics and logs
+    workers: int
+    handler: Callable[[Key, frozenset[str]], Awaitable[Outcome]]
+    global_cap: asyncio.Semaphore
+    resync_period: Callable[[Key], float | None]
+    backoff: Backoff = field(default_factory=Backoff)
+
+    def __post_init__(self) -> None:
+        self._order: deque[Key] = deque()
+        self._dirty: dict[Key, set[str]] = {}
+        self._processing: set[Key] = set()
+        self._delayed: dict[Key, _Delayed] = {}
+        self._failures: dict[Key, int] = {}
+        self._wakeup = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._accepting = True
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # ------------------------------------------------------------------ adding
+    def add(self, key: Key, reason: str = CHANGE) -> None:
+        if not self._accepting:
+            return
+        if key in self._dirty:
+            self._dirty[key].add(reason)
+            return
+        self._dirty[key] = {reason}
+        if key not in self._processing:
+            self._order.append(key)
+            self._wakeup.set()
+        self._report_depth()
+
+    def add_after(self, key: Key, delay: float, reason: str) -> None:
+        if not self._accepting:
+            return
+        if delay <= 0:
+            self.add(key, reason)
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay
+        pending = self._delayed.get(key)
+        if pending and pending.due <= due:
+            return
+        if pending:
+            pending.handle.cancel()
+        handle = loop.call_later(delay, self._fire, key)
+        self._delayed[key] = _Delayed(due, reason, handle)
+
+    def _fire(self, key: Key) -> None:
+        pending = self._delayed.pop(key, None)
+        if pending:
+            self.add(key, pending.reason)
+
+    def forget(self, key: Key) -> None:
+        """The object is gone: no more resyncs or retries for it."""
+        pending = self._delayed.pop(key, None)
+        if pending:
+            pending.handle.cancel()
+        self._failures.pop(key, None)
+        if key in self._dirty and key not in self._processing:
+            self._dirty.pop(key, None)
+            try:
+                self._order.remove(key)
+            except ValueError:
+                pass
+        self._report_depth()
+
+    def has_pending_delay(self, key: Key) -> bool:
+        return key in self._delayed
+
+    @property
+    def depth(self) -> int:
+        return len(self._order)
+
+    def _report_depth(self) -> None:
+        metrics.QUEUE_DEPTH.labels(self.name).set(len(self._order))
+
+    # ------------------------------------------------------------------ processing
+    async def _next(self) -> tuple[Key, frozenset[str]]:
+        while not self._order:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        key = self._order.popleft()
+        reasons = frozenset(self._dirty.pop(key, {CHANGE}))
+        self._processing.add(key)
+        self._idle.clear()
+        self._report_depth()
+        return key, reasons
+
+    def _done(self, key: Key, outcome: Outcome) -> None:
+        self._processing.discard(key)
+        if outcome.forget:
+            self.forget(key)
+        elif outcome.error:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            self.add_after(key, self.backoff.delay(failures), RETRY)
+        else:
+            self._failures.pop(key, None)
+            delay = outcome.requeue_after if outcome.requeue_after is not None else self.resync_period(key)
+            if delay:
+                # A resync must not fire earlier than asked because an older, shorter delay is pending.
+                old = self._delayed.pop(key, None)
+                if old:
+                    old.handle.cancel()
+                self.add_after(key, delay, REQUEUE if outcome.requeue_after is not None else RESYNC)
+        if key in self._dirty:
+            self._order.append(key)
+            self._wakeup.set()
+        if not self._processing:
+            self._idle.set()
+        self._report_depth()
+
+    async def _worker(self, index: int) -> None:
+        while True:
+            key, reasons = await self._next()
+            outcome = Outcome(error=True)
+            try:
+                async with self.global_cap:
+                    metrics.IN_FLIGHT.labels(self.name).inc()
+                    try:
+                        outcome = await self.handler(key, reasons)
+                    finally:
+                        metrics.IN_FLIGHT.labels(self.name).dec()
+            except asyncio.CancelledError:
+                self._processing.discard(key)
+                raise
+            except Exception:
+                log.exception("reconcile of %s %s/%s crashed; retrying with backoff", self.name, *key)
+            self._done(key, outcome)
+
+    def start(self) -> None:
+        for i in range(self.workers):
+            self._tasks.append(asyncio.create_task(self._worker(i), name=f"worker-{self.name}-{i}"))
+
+    async def shutdown(self, timeout: float) -> bool:
+        """Stop taking work; let runs in progress finish within ``timeout``, then cancel them.
+        Returns True when everything finished in time."""
+        self._accepting = False
+        for pending in self._delayed.values():
+            pending.handle.cancel()
+        self._delayed.clear()
+        self._order.clear()
+        self._dirty.clear()
+        finished = True
+        if self._processing:
+            try:
+                await asyncio.wait_for(self._idle.wait(), timeout)
+            except TimeoutError:
+                finished = False
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        return finished

@@ -1,0 +1,277 @@
+"""One reconcile of one object: finalizer bookkeeping, extra-vars, the run, status, Events, next time.
+
+Called by the queue with the newest copy of the object the watch has seen. Returns what the queue
+should do next: nothing (gone), retry with backoff (failed), or come back after requeue_after or the
+reconcile period.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from kubernetes.client.rest import ApiException
+
+from . import metrics, status
+from .config import (
+    MAX_RUNNER_ARTIFACTS_ANNOTATION,
+    RECONCILE_PERIOD_ANNOTATION,
+    VERBOSITY_ANNOTATION,
+    Watch,
+    parse_duration,
+)
+from .events import Recorder
+from .execution import Executor, RunRequest, RunResult
+from .kube import JSON_PATCH, Kube, NotFound, Resource
+from .params import build_extravars
+from .queue import RESYNC, Key, Outcome
+
+log = logging.getLogger("playbook_operator.reconcile")
+
+
+class ObjectSource(Protocol):
+    def latest(self, key: Key) -> dict[str, Any] | None: ...
+
+    def observed(self, key: Key, obj: dict[str, Any]) -> None: ...
+
+
+class ResourceSource(Protocol):
+    def get(self) -> Resource: ...
+
+
+class RunEnvironment(Protocol):
+    """Per-run environment for Ansible (e.g. a kubeconfig naming the owner for owner-reference injection)."""
+
+    def env_for(self, obj: dict[str, Any]) -> dict[str, str]: ...
+
+    def release(self, obj: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class Settings:
+    default_reconcile_period: float
+    artifacts_root: Path
+    ansible_args: str
+    log_events: str  # Tasks | Everything | Nothing
+
+
+def _ident() -> str:
+    # Sortable by time, unique among concurrent runs.
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def _int_annotation(obj: dict[str, Any], name: str, default: int) -> int:
+    raw = (obj.get("metadata", {}).get("annotations") or {}).get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        log.warning("ignoring annotation %s=%r on %s: not an integer", name, raw, obj["metadata"].get("name"))
+        return default
+
+
+class Reconciler:
+    def __init__(self, watch: Watch, resource: ResourceSource, settings: Settings, kube: Kube, executor: Executor,
+                 source: ObjectSource, playbooks: dict[str, Path], run_env: RunEnvironment) -> None:
+        self.watch = watch
+        self._resource = resource
+        self.res: Resource  # resolved on the first reconcile (the CRD may come after the operator)
+        self.settings = settings
+        self.kube = kube
+        self.executor = executor
+        self.source = source
+        self.playbooks = playbooks  # "main" and, with a finalizer role/playbook, "finalizer"
+        self.run_env = run_env
+        self.status = status.StatusWriter(kube)
+        self.recorder = Recorder(kube)
+        self.kind = watch.gvk.kind
+
+    # ------------------------------------------------------------------ helpers
+    def private_dir(self, namespace: str, name: str) -> Path:
+        g = self.watch.gvk
+        return self.settings.artifacts_root / (g.group or "core") / g.version / g.kind / (namespace or "_cluster") / name
+
+    def reconcile_period(self, obj: dict[str, Any] | None) -> float | None:
+        if obj is not None:
+            raw = (obj.get("metadata", {}).get("annotations") or {}).get(RECONCILE_PERIOD_ANNOTATION)
+            if raw is not None:
+                try:
+                    return parse_duration(raw)
+                except ValueError:
+                    pass  # reported as a Failure condition by the reconcile itself
+        if self.watch.reconcile_period is not None:
+            return self.watch.reconcile_period
+        return self.settings.default_reconcile_period
+
+    async def _event(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
+        await self.kube.call(self.recorder.record, obj, etype, reason, message)
+
+    async def _update_finalizers(self, key: Key, obj: dict[str, Any], change) -> dict[str, Any] | None:
+        """Applies ``change(finalizers) -> finalizers`` with a test on resourceVersion, re-reading on a race,
+        so that a finalizer someone else added meanwhile is never dropped."""
+        for _ in range(8):
+            meta = obj["metadata"]
+            body = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+                    {"op": "add", "path": "/metadata/finalizers", "value": change(list(meta.get("finalizers") or []))}]
+            try:
+                return await self.kube.call(self.kube.patch, self.res, key[0], key[1], body, JSON_PATCH)
+            except NotFound:
+                return None
+            except ApiException as exc:
+                if exc.status not in (409, 422):
+                    raise
+            fresh = await self._fresh(key)
+            if fresh is None:
+                return None
+            obj = fresh
+        raise RuntimeError(f"finalizers of {self.kind} {key[0]}/{key[1]} kept changing under us")
+
+    async def _fresh(self, key: Key) -> dict[str, Any] | None:
+        try:
+            return await self.kube.call(self.kube.get, self.res, key[0], key[1])
+        except NotFound:
+            return None
+
+    # ------------------------------------------------------------------ the reconcile
+    async def __call__(self, key: Key, reasons: frozenset[str]) -> Outcome:
+        obj = self.source.latest(key)
+        if obj is None:
+            return Outcome(forget=True)
+        if not hasattr(self, "res"):
+            self.res = await self.kube.call(self._resource.get)
+        started = time.monotonic()
+        try:
+            return await self._reconcile(key, obj, reasons)
+        finally:
+            metrics.RECONCILE_SECONDS.labels(str(self.watch.gvk)).observe(time.monotonic() - started)
+
+    async def _reconcile(self, key: Key, obj: dict[str, Any], reasons: frozenset[str]) -> Outcome:
+        watch, meta = self.watch, obj["metadata"]
+        ns, name = key
+        fin = watch.finalizer.name if watch.finalizer else None
+        deleting = bool(meta.get("deletionTimestamp"))
+        if deleting and (fin is None or fin not in (meta.get("finalizers") or [])):
+            return Outcome(forget=True)  # nothing of ours left to do; Kubernetes removes the object
+
+        raw_period = (meta.get("annotations") or {}).get(RECONCILE_PERIOD_ANNOTATION)
+        if raw_period is not None:
+            try:
+                parse_duration(raw_period)
+            except ValueError:
+                msg = (f"Unable to parse reconcile period annotation {RECONCILE_PERIOD_ANNOTATION}="
+                       f"{raw_period!r}: expected a duration such as 30s or 5m")
+                await self._finish_failed(obj, [msg], None)
+                return Outcome(error=True)
+
+        if fin and not deleting and fin not in (meta.get("finalizers") or []):
+            updated = await self._update_finalizers(key, obj, lambda f: [*f, fin] if fin not in f else f)
+            if updated is None:
+                return Outcome(forget=True)
+            obj = updated
+            self.source.observed(key, obj)
+
+        idle = reasons <= {RESYNC}
+        if watch.manage_status and not idle:
+            written = await self.kube.call(self.status.update, self.res, ns, name, status.running)
+            if written:
+                obj = written
+                self.source.observed(key, obj)
+
+        finalizer_run = deleting
+        playbook = self.playbooks["finalizer" if finalizer_run and "finalizer" in self.playbooks else "main"]
+        request = RunRequest(
+            ident=_ident(),
+            private_data_dir=self.private_dir(ns, name),
+            playbook=playbook,
+            extravars=build_extravars(watch, obj, finalizer_run),
+            env=self.run_env.env_for(obj),
+            verbosity=max(0, min(7, _int_annotation(obj, VERBOSITY_ANNOTATION, watch.ansible_verbosity))),
+            cmdline=self.settings.ansible_args,
+            keep_artifacts=_int_annotation(obj, MAX_RUNNER_ARTIFACTS_ANNOTATION, watch.max_runner_artifacts),
+            label=f"{self.kind} {ns + '/' if ns else ''}{name}",
+        )
+        what = "finalizer" if finalizer_run else "run"
+        log.info("%s start: %s (%s) [%s]", what, request.label, watch.target, ",".join(sorted(reasons)),
+                 extra={"object": request.label, "ident": request.ident})
+        metrics.RUNS_TOTAL.labels(self.kind).inc()
+        t0 = time.monotonic()
+        result = await self.executor.run(request)
+        outcome = result.outcome
+        self._log_result(request, result, time.monotonic() - t0, what)
+        for payload in outcome.metrics:
+            try:
+                metrics.record_user_metric(payload)
+            except metrics.UserMetricError as exc:
+                log.warning("osdk_metric from %s: %s", request.label, exc)
+        if not outcome.ok:
+            metrics.RUNS_FAILED.labels(self.kind).inc()
+        metrics.RECONCILE_RESULT.labels(str(watch.gvk), "succeeded" if outcome.ok else "failed").inc()
+
+        latest = await self._fresh(key)
+        if latest is None:
+            self.run_env.release(obj)
+            return Outcome(forget=True)
+        self.source.observed(key, latest)
+
+        if finalizer_run and outcome.ok:
+            await self._update_finalizers(key, latest, lambda f: [x for x in f if x != fin])
+            self.run_env.release(obj)
+            shutil.rmtree(request.private_data_dir, ignore_errors=True)
+            return Outcome(forget=True)
+
+        was_failed = status.is_failed(latest)
+        if watch.manage_status:
+            if outcome.ok:
+                await self.kube.call(
+                    self.status.update, self.res, ns, name,
+                    lambda c: status.done(c, True, outcome.result, []),
+                    observed_generation=latest["metadata"].get("generation"), skip_if_equivalent=idle)
+            else:
+                await self._finish_failed(latest, outcome.failures, outcome.result)
+        elif not outcome.ok:
+            await self._event(latest, "Warning", "ReconcileFailed", "\n".join(outcome.failures))
+        if outcome.ok and was_failed:
+            await self._event(latest, "Normal", "ReconcileSucceeded", "Reconciliation succeeded after failures")
+
+        period = self.reconcile_period(latest)
+        if outcome.requeue_after is not None:
+            return Outcome(error=False, requeue_after=outcome.requeue_after)
+        return Outcome(error=not outcome.ok, requeue_after=period if outcome.ok else None)
+
+    async def _finish_failed(self, obj: dict[str, Any], failures: list[str], result: dict[str, Any] | None) -> None:
+        meta = obj["metadata"]
+        if self.watch.manage_status:
+            await self.kube.call(self.status.update, self.res, meta.get("namespace") or "", meta["name"],
+                                 lambda c: status.done(c, False, result, failures),
+                                 observed_generation=meta.get("generation"))
+        await self._event(obj, "Warning", "ReconcileFailed", "\n".join(failures))
+
+    def _log_result(self, request: RunRequest, result: RunResult, seconds: float, what: str) -> None:
+        out = result.outcome
+        counts = out.result or {}
+        extra = {"object": request.label, "ident": request.ident}
+        if self.settings.log_events != "Nothing":
+            for ev in result.events:
+                data = ev.get("event_data") or {}
+                if self.settings.log_events == "Everything" and ev.get("stdout"):
+                    log.info("%s: %s", request.label, ev["stdout"].strip(), extra=extra)
+                elif ev.get("event") == "runner_on_failed" and not data.get("ignore_errors"):
+                    msg = (data.get("res") or {}).get("msg", "")
+                    log.error("%s: task %r failed: %s", request.label, data.get("task"), msg, extra=extra)
+                elif self.settings.log_events == "Tasks" and ev.get("event") in ("runner_on_ok", "runner_on_skipped"):
+                    log.debug("%s: task %r %s", request.label, data.get("task"),
+                              "changed" if (data.get("res") or {}).get("changed") else ev["event"][10:], extra=extra)
+        log.info("%s end: %s %s in %.2fs (ok=%s changed=%s skipped=%s failures=%s)%s", what, request.label,
+                 "succeeded" if out.ok else "FAILED", seconds, counts.get("ok", 0), counts.get("changed", 0),
+                 counts.get("skipped", 0), counts.get("failures", 0),
+                 "" if out.ok else ": " + " | ".join(out.failures), extra=extra)
+        if not out.ok and not result.events:
+            stdout = (result.artifact_dir / "stdout")
+            if stdout.exists():
+                log.error("%s: ansible output:\n%s", request.label, stdout.read_text()[-4000:], extra=extra)
