@@ -418,6 +418,6 @@ class RunConfig:
     log_format: str = "text"
     watch_namespaces: tuple[str, ...] = ()  # empty: all namespaces
     artifacts_dir: Path = Path("/tmp/ansible-operator/runner")
-    executor: str = "cold"  # becomes "warm" once the warm path exists
+    executor: str = "warm"
     retry_backoff_base: float = 1.0
     retry_backoff_max: float = 300.0
