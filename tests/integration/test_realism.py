@@ -35,9 +35,9 @@ def test_crd_schema_refuses_invalid_field_with_its_path(kube: Kube) -> None:
     group = f"g{uuid.uuid4().hex[:8]}.realism.example.com"
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"widgets.{group}"},
+        "metadata": {"name": f"gadgets.{group}"},
         "spec": {"group": group, "scope": "Namespaced",
-                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                 "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
                  "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
                      "type": "object", "properties": {"spec": {"type": "object", "properties": {
                          "size": {"type": "integer", "minimum": 1, "maximum": 5}}}}}}}]},
@@ -46,8 +46,8 @@ def test_crd_schema_refuses_invalid_field_with_its_path(kube: Kube) -> None:
     try:
         wait_for("CRD established", lambda: any(
             c.type == "Established" and c.status == "True"
-            for c in (kube.ext.read_custom_resource_definition(f"widgets.{group}").status.conditions or [])))
-        bad = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 9}}
+            for c in (kube.ext.read_custom_resource_definition(f"gadgets.{group}").status.conditions or [])))
+        bad = {"apiVersion": f"{group}/v1", "kind": "Gadget", "metadata": {"name": "w"}, "spec": {"size": 9}}
 
         def apply_bad() -> object:
             proc = kube.kubectl("apply", "-n", "default", "-f", "-", input=json.dumps(bad), check=False)
@@ -58,7 +58,7 @@ def test_crd_schema_refuses_invalid_field_with_its_path(kube: Kube) -> None:
         assert proc.returncode != 0
         assert "spec.size" in proc.stderr and "should be less than or equal to 5" in proc.stderr
     finally:
-        kube.ext.delete_custom_resource_definition(f"widgets.{group}")
+        kube.ext.delete_custom_resource_definition(f"gadgets.{group}")
 
 
 def test_deployment_pods_become_ready(kube: Kube, namespace: str) -> None:

@@ -1,0 +1,58 @@
+"""Fixtures for tests that run the operator against the real cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.kube import Kube, wait_for
+from tests.operator import TESTOP, OperatorProcess, Widgets
+
+
+@pytest.fixture(scope="session")
+def widget_crd(kube: Kube) -> str:
+    crd = yaml.safe_load((TESTOP / "crd.yaml").read_text())
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(TESTOP / "crd.yaml"))
+    name = crd["metadata"]["name"]
+    wait_for("the Widget CRD to be established", lambda: any(
+        c.type == "Established" and c.status == "True"
+        for c in (kube.ext.read_custom_resource_definition(name).status.conditions or [])))
+    wait_for("widgets to be served", lambda: kube.kubectl("get", "widgets.test.playbook-operator.dev", "-A", check=False).returncode == 0)
+    return name
+
+
+@pytest.fixture
+def widgets(kube: Kube, namespace: str, widget_crd: str) -> Widgets:
+    return Widgets(kube, namespace)
+
+
+@pytest.fixture
+def start_operator(kube: Kube, namespace: str, widget_crd: str, tmp_path: Path,
+                   request: pytest.FixtureRequest) -> Iterator[Callable[..., OperatorProcess]]:
+    """Starts operator processes watching the test's namespace; stops them (and shows their logs on failure)."""
+    started: list[OperatorProcess] = []
+
+    def start(watches: list[dict[str, Any]], *args: str, wait: bool = True, name: str = "operator",
+              env: dict[str, str] | None = None) -> OperatorProcess:
+        op = OperatorProcess(kube, namespace, tmp_path, watches, list(args), dict(env or {}), name=name)
+        started.append(op)
+        return op.start(wait=wait)
+
+    yield start
+    for op in started:
+        op.stop()
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for op in started:
+            print(f"\n--- {op.name} log ({op.log_path}) ---\n{op.logs()[-8000:]}")
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # noqa: ANN201
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)

@@ -1,0 +1,179 @@
+"""Runs `playbook-operator run` as a real process against the test cluster, for integration tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.kube import Kube, wait_for
+
+TESTOP = Path(__file__).resolve().parent / "testop"
+WIDGET_GROUP, WIDGET_VERSION, WIDGETS = "test.playbook-operator.dev", "v1alpha1", "widgets"
+
+
+def widget_watch(**fields: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"version": WIDGET_VERSION, "group": WIDGET_GROUP, "kind": "Widget",
+                             "role": str(TESTOP / "roles" / "widget")}
+    entry.update(fields)
+    return entry
+
+
+@dataclass
+class OperatorProcess:
+    kube: Kube
+    namespace: str
+    workdir: Path
+    watches: list[dict[str, Any]]
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    name: str = "operator"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.workdir / f"{self.name}-artifacts"
+
+    def start(self, wait: bool = True) -> OperatorProcess:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        watches_file = self.workdir / "watches.yaml"
+        watches_file.write_text(yaml.safe_dump(self.watches))
+        env = self.kube.env()
+        env.update({"WATCH_NAMESPACE": self.namespace, "PYTHONUNBUFFERED": "1"})
+        env.update(self.env)
+        cmd = [sys.executable, "-m", "runner", "run", "--watches-file", str(watches_file),
+               "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0",
+               "--artifacts-dir", str(self.artifacts), "--retry-backoff-max", "4s", *self.args]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        if wait:
+            self.wait_for_log("operator ready", timeout=60)
+        return self
+
+    def logs(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def wait_for_log(self, pattern: str, timeout: float = 60, count: int = 1) -> str:
+        def found() -> str | None:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.logs()[-5000:]}")
+            text = self.logs()
+            return text if len(re.findall(pattern, text)) >= count else None
+
+        try:
+            return wait_for(f"{pattern!r} x{count} in the operator log", found, timeout=timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- operator log ---\n{self.logs()[-5000:]}") from None
+
+    def runs(self, name: str | None = None) -> list[str]:
+        pat = r"(?:run|finalizer) end: Widget [^ ]*" + (re.escape(f"/{name} ") if name else "")
+        return re.findall(pat + r".*", self.logs())
+
+    def port(self, what: str) -> int:
+        m = re.search(rf"serving {what} on [0-9.]+:(\d+)", self.logs())
+        assert m, f"no {what} port in the log"
+        return int(m.group(1))
+
+    def http_get(self, path: str, what: str = "health probes") -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.port(what)}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 40) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait()
+
+    def kill_group(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+
+class Widgets:
+    """The test kind, in one namespace."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube, self.namespace = kube, namespace
+
+    def create(self, name: str, spec: dict[str, Any], labels: dict[str, str] | None = None,
+               annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        body = {"apiVersion": f"{WIDGET_GROUP}/{WIDGET_VERSION}", "kind": "Widget",
+                "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}}, "spec": spec}
+        return self.kube.custom.create_namespaced_custom_object(WIDGET_GROUP, WIDGET_VERSION, self.namespace, WIDGETS, body)
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.kube.custom.get_namespaced_custom_object(WIDGET_GROUP, WIDGET_VERSION, self.namespace, WIDGETS, name)
+
+    def patch(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.custom.patch_namespaced_custom_object(WIDGET_GROUP, WIDGET_VERSION, self.namespace, WIDGETS,
+                                                               name, body)
+
+    def patch_status(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.custom.patch_namespaced_custom_object_status(WIDGET_GROUP, WIDGET_VERSION, self.namespace,
+                                                                      WIDGETS, name, body)
+
+    def delete(self, name: str) -> None:
+        self.kube.custom.delete_namespaced_custom_object(WIDGET_GROUP, WIDGET_VERSION, self.namespace, WIDGETS, name)
+
+    def exists(self, name: str) -> bool:
+        from kubernetes.client import ApiException
+
+        try:
+            self.get(name)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    def condition(self, name: str, ctype: str) -> dict[str, Any] | None:
+        conds = (self.get(name).get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c.get("type") == ctype), None)
+
+    def wait_condition(self, name: str, ctype: str, status: str = "True", timeout: float = 60,
+                       generation: int | None = None) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            obj = self.get(name)
+            st = obj.get("status") or {}
+            if generation is not None and st.get("observedGeneration") != generation:
+                return None
+            c = next((c for c in st.get("conditions") or [] if c.get("type") == ctype), None)
+            return obj if c and c.get("status") == status else None
+
+        return wait_for(f"{ctype}={status} on Widget {name}", check, timeout=timeout)
+
+    def wait_successful(self, name: str, generation: int | None = None, timeout: float = 60) -> dict[str, Any]:
+        return self.wait_condition(name, "Successful", "True", timeout, generation)
+
+
+def wait_seconds(seconds: float) -> None:
+    time.sleep(seconds)

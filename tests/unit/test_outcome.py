@@ -1,0 +1,50 @@
+"""Reading a run's job events the way the Go ansible-operator does (and fixing what it got wrong)."""
+
+from __future__ import annotations
+
+from runner.execution.outcome import UNKNOWN_FAILURE, interpret
+
+
+def stats(ok=1, changed=0, failures=0, skipped=0, rescued=0):  # noqa: ANN001, ANN201
+    return {"event": "playbook_on_stats", "created": "2026-11-22T03:00:00.000001+00:00", "event_data": {
+        "ok": {"localhost": ok}, "changed": {"localhost": changed}, "failures": {"localhost": failures} if failures else {},
+        "skipped": {"localhost": skipped}, "rescued": {"localhost": rescued} if rescued else {}}}
+
+
+def failed(msg, ignore=False):  # noqa: ANN001, ANN201
+    return {"event": "runner_on_failed", "event_data": {"task": "t", "ignore_errors": ignore, "res": {"msg": msg}}}
+
+
+def test_success_counts_and_completion() -> None:
+    out = interpret([stats(ok=3, changed=1, skipped=2)], 0, "successful")
+    assert out.ok and out.failures == []
+    assert out.result == {"ok": 3, "changed": 1, "skipped": 2, "failures": 0,
+                          "completion": "2026-11-22T03:00:00.000001+00:00"}
+
+
+def test_failure_messages_joined_ignoring_ignored_errors() -> None:
+    out = interpret([failed("ignored", ignore=True), failed("first"), failed("second"), stats(failures=1)], 2, "failed")
+    assert not out.ok and out.failures == ["first", "second"]
+
+
+def test_rescued_failure_is_not_a_failure() -> None:
+    out = interpret([failed("rescued one"), stats(rescued=1)], 0, "successful")
+    assert out.ok and out.failures == []
+
+
+def test_failure_without_message_and_run_without_stats() -> None:
+    out = interpret([{"event": "runner_on_failed", "event_data": {"res": {}}}, stats(failures=1)], 2, "failed")
+    assert out.failures == [UNKNOWN_FAILURE]
+    crashed = interpret([], 250, "failed")
+    assert not crashed.ok and "without a result" in crashed.failures[0]
+
+
+def test_requeue_after_and_metrics() -> None:
+    events = [
+        {"event": "runner_on_ok", "event_data": {"task_action": "operator_sdk.util.requeue_after", "res": {"period": "1m30s"}}},
+        {"event": "runner_on_ok", "event_data": {"task_action": "operator_sdk.util.osdk_metric",
+                                                 "res": {"osdk_metric": {"name": "m", "counter": {"increment": True}}}}},
+        stats(),
+    ]
+    out = interpret(events, 0, "successful")
+    assert out.requeue_after == 90 and out.metrics == [{"name": "m", "counter": {"increment": True}}]

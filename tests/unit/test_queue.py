@@ -1,0 +1,159 @@
+"""Level-triggered scheduling: coalescing, one more run for changes during a run, caps, backoff, requeue."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from runner.queue import CHANGE, RESYNC, Backoff, Outcome, WorkQueue
+
+
+class Recorder:
+    def __init__(self, delay: float = 0.0, outcomes: list[Outcome] | None = None) -> None:
+        self.delay, self.outcomes = delay, list(outcomes or [])
+        self.calls: list[tuple[tuple[str, str], frozenset[str], float]] = []
+        self.active = self.peak = 0
+
+    async def __call__(self, key: tuple[str, str], reasons: frozenset[str]) -> Outcome:
+        self.calls.append((key, reasons, time.monotonic()))
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        await asyncio.sleep(self.delay)
+        self.active -= 1
+        return self.outcomes.pop(0) if self.outcomes else Outcome()
+
+
+def make(handler, workers=1, cap=10, resync=None, backoff=Backoff(0.05, 0.4)):  # noqa: ANN001, ANN201, B008
+    return WorkQueue("K", workers, handler, asyncio.Semaphore(cap), lambda key: resync, backoff)
+
+
+def test_a_key_is_queued_once() -> None:
+    async def go() -> Recorder:
+        rec = Recorder()
+        q = make(rec)
+        for _ in range(5):
+            q.add(("ns", "a"))
+        q.add(("ns", "b"))
+        q.start()
+        await asyncio.sleep(0.1)
+        await q.shutdown(1)
+        return rec
+
+    rec = asyncio.run(go())
+    assert [c[0] for c in rec.calls] == [("ns", "a"), ("ns", "b")]
+
+
+def test_changes_during_a_run_give_exactly_one_more_run() -> None:
+    async def go() -> Recorder:
+        rec = Recorder(delay=0.2)
+        q = make(rec, workers=4)
+        q.start()
+        q.add(("ns", "a"))
+        await asyncio.sleep(0.05)  # the run is in progress
+        for _ in range(3):
+            q.add(("ns", "a"))
+        await asyncio.sleep(0.6)
+        await q.shutdown(1)
+        return rec
+
+    rec = asyncio.run(go())
+    assert len(rec.calls) == 2
+    assert rec.peak == 1  # never two runs of one object at once, even with free workers
+
+
+def test_per_kind_workers_and_global_cap() -> None:
+    async def go() -> tuple[Recorder, Recorder, int]:
+        a, b = Recorder(delay=0.1), Recorder(delay=0.1)
+        cap = asyncio.Semaphore(3)
+        qa = WorkQueue("A", 2, a, cap, lambda k: None)
+        qb = WorkQueue("B", 2, b, cap, lambda k: None)
+        peak = 0
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, a.active + b.active)
+                await asyncio.sleep(0.005)
+
+        w = asyncio.create_task(watch())
+        for q in (qa, qb):
+            q.start()
+            for i in range(5):
+                q.add(("ns", str(i)))
+        await asyncio.sleep(0.8)
+        w.cancel()
+        await qa.shutdown(1)
+        await qb.shutdown(1)
+        return a, b, peak
+
+    a, b, peak = asyncio.run(go())
+    assert len(a.calls) == 5 and len(b.calls) == 5
+    assert a.peak == 2 and b.peak == 2  # per kind
+    assert peak == 3  # across kinds
+
+
+def test_failures_back_off_exponentially_then_reset() -> None:
+    async def go() -> Recorder:
+        rec = Recorder(outcomes=[Outcome(error=True)] * 3 + [Outcome()])
+        q = make(rec)
+        q.start()
+        q.add(("ns", "a"))
+        await asyncio.sleep(0.6)
+        await q.shutdown(1)
+        return rec
+
+    rec = asyncio.run(go())
+    assert len(rec.calls) == 4
+    gaps = [b[2] - a[2] for a, b in zip(rec.calls, rec.calls[1:])]
+    assert gaps[0] >= 0.045 and gaps[1] >= 0.095 and gaps[2] >= 0.19  # 0.05, 0.1, 0.2
+    assert all(c[1] == frozenset({"retry"}) for c in rec.calls[1:])
+
+
+def test_requeue_after_overrides_period_and_backoff() -> None:
+    async def go() -> Recorder:
+        rec = Recorder(outcomes=[Outcome(error=True, requeue_after=None), Outcome(requeue_after=0.05),
+                                 Outcome(requeue_after=0.05)])
+        q = make(rec, resync=10.0, backoff=Backoff(0.01, 0.01))
+        q.start()
+        q.add(("ns", "a"))
+        await asyncio.sleep(0.3)
+        await q.shutdown(1)
+        return rec
+
+    rec = asyncio.run(go())
+    reasons = [c[1] for c in rec.calls]
+    assert reasons[:3] == [frozenset({CHANGE}), frozenset({"retry"}), frozenset({"requeue"})]
+    assert len(rec.calls) == 4  # the last success falls back to the 10 s resync
+
+
+def test_resync_period_and_forget() -> None:
+    async def go() -> tuple[Recorder, bool]:
+        rec = Recorder()
+        q = make(rec, resync=0.05)
+        q.start()
+        q.add(("ns", "a"))
+        await asyncio.sleep(0.18)
+        q.forget(("ns", "a"))
+        n = len(rec.calls)
+        await asyncio.sleep(0.15)
+        still = len(rec.calls) == n
+        await q.shutdown(1)
+        return rec, still
+
+    rec, stopped = asyncio.run(go())
+    assert len(rec.calls) >= 3 and all(c[1] == frozenset({RESYNC}) for c in rec.calls[1:])
+    assert stopped  # a forgotten (deleted) object has no more resyncs
+
+
+def test_shutdown_waits_for_runs_in_progress() -> None:
+    async def go() -> tuple[bool, Recorder]:
+        rec = Recorder(delay=0.2)
+        q = make(rec)
+        q.start()
+        q.add(("ns", "a"))
+        await asyncio.sleep(0.05)
+        finished = await q.shutdown(2)
+        return finished, rec
+
+    finished, rec = asyncio.run(go())
+    assert finished and rec.active == 0
