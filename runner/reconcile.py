@@ -29,7 +29,7 @@ from .events import Recorder
 from .execution import Executor, RunRequest, RunResult
 from .kube import JSON_PATCH, Kube, NotFound, Resource
 from .params import build_extravars
-from .queue import RESYNC, Key, Outcome
+from .queue import REQUEUE, RESYNC, Key, Outcome
 
 log = logging.getLogger("playbook_operator.reconcile")
 
@@ -176,7 +176,9 @@ class Reconciler:
             obj = updated
             self.source.observed(key, obj)
 
-        idle = reasons <= {RESYNC}
+        # Nothing new on the object: a resync or a requeue the role asked for. Such a run writes status
+        # only if its result differs from what status already says.
+        idle = reasons <= {RESYNC, REQUEUE}
         if watch.manage_status and not idle:
             written = await self.kube.call(self.status.update, self.res, ns, name, status.running)
             if written:
@@ -239,10 +241,9 @@ class Reconciler:
         if outcome.ok and was_failed:
             await self._event(latest, "Normal", "ReconcileSucceeded", "Reconciliation succeeded after failures")
 
-        period = self.reconcile_period(latest)
         if outcome.requeue_after is not None:
             return Outcome(error=False, requeue_after=outcome.requeue_after)
-        return Outcome(error=not outcome.ok, requeue_after=period if outcome.ok else None)
+        return Outcome(error=not outcome.ok)  # on success the queue schedules the reconcile period
 
     async def _finish_failed(self, obj: dict[str, Any], failures: list[str], result: dict[str, Any] | None) -> None:
         meta = obj["metadata"]

@@ -55,7 +55,8 @@ class Endpoints:
         log.info("serving %s on %s:%d", name, bind[0], port)
 
     async def start(self) -> None:
-        same = parse_bind(self.health_address) == parse_bind(self.metrics_address)
+        hb, mb = parse_bind(self.health_address), parse_bind(self.metrics_address)
+        same = hb is not None and hb == mb and hb[1] != 0
         health = [web.get("/healthz", self._healthz), web.get("/readyz", self._readyz)]
         mroutes = [web.get("/metrics", self._metrics)]
         await self._serve("health probes", self.health_address, health + (mroutes if same else []))

@@ -18,15 +18,15 @@ from pathlib import Path
 # --- the preload -----------------------------------------------------------------------------------
 # Not ansible-runner's event callback: it reads the run's artifact directory from the environment when
 # imported, so each run imports it afresh (cheap once Ansible itself is loaded).
-import ansible.cli.playbook  # noqa: F401
-import ansible.executor.playbook_executor  # noqa: F401
-import ansible.executor.task_executor  # noqa: F401
-import ansible.module_utils.basic  # noqa: F401
-import ansible.plugins.action  # noqa: F401
+import ansible.cli.playbook
+import ansible.executor.playbook_executor
+import ansible.executor.task_executor
+import ansible.module_utils.basic
+import ansible.plugins.action
 import ansible.plugins.connection.local as _local
 import ansible.template  # noqa: F401
-import kubernetes.client  # noqa: F401
-import kubernetes.config  # noqa: F401
+import kubernetes.client
+import kubernetes.config
 import kubernetes.dynamic  # noqa: F401
 import yaml  # noqa: F401
 
@@ -89,7 +89,7 @@ def _run_module_in_fork(payload: bytes, cwd: bytes | str | None, env: dict[str, 
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        except BaseException:  # noqa: BLE001 - report like a crashed interpreter would
+        except BaseException:
             traceback.print_exc()
             code = 1
         finally:
@@ -116,7 +116,7 @@ def _run_module_in_fork(payload: bytes, cwd: bytes | str | None, env: dict[str, 
     return os.waitstatus_to_exitcode(status), b"".join(chunks[r_out]), b"".join(chunks[r_err])
 
 
-def _exec_command(self, cmd, in_data=None, sudoable=True):  # noqa: ANN001, ANN202 - Ansible's signature
+def _exec_command(self, cmd, in_data=None, sudoable=True):
     if in_data is not None and not (sudoable and self.become):
         env = _module_invocation(cmd)
         if env is not None:

@@ -10,7 +10,7 @@ from tests.operator import Widgets, widget_watch
 
 @pytest.mark.parametrize("executor", ["warm", "cold"])
 def test_converges_on_create_edit_and_after_a_failure_is_fixed(
-        executor: str, kube: Kube, namespace: str, widgets: Widgets, start_operator) -> None:  # noqa: ANN001
+        executor: str, kube: Kube, namespace: str, widgets: Widgets, start_operator) -> None:
     op = start_operator([widget_watch()], "--executor", executor)
     widgets.create("w", {"message": "one", "replicaCount": 2})
     obj = widgets.wait_successful("w", generation=1)

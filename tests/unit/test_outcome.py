@@ -5,13 +5,13 @@ from __future__ import annotations
 from runner.execution.outcome import UNKNOWN_FAILURE, interpret
 
 
-def stats(ok=1, changed=0, failures=0, skipped=0, rescued=0):  # noqa: ANN001, ANN201
+def stats(ok=1, changed=0, failures=0, skipped=0, rescued=0):
     return {"event": "playbook_on_stats", "created": "2026-11-22T03:00:00.000001+00:00", "event_data": {
         "ok": {"localhost": ok}, "changed": {"localhost": changed}, "failures": {"localhost": failures} if failures else {},
         "skipped": {"localhost": skipped}, "rescued": {"localhost": rescued} if rescued else {}}}
 
 
-def failed(msg, ignore=False):  # noqa: ANN001, ANN201
+def failed(msg, ignore=False):
     return {"event": "runner_on_failed", "event_data": {"task": "t", "ignore_errors": ignore, "res": {"msg": msg}}}
 
 

@@ -23,7 +23,7 @@ class Recorder:
         return self.outcomes.pop(0) if self.outcomes else Outcome()
 
 
-def make(handler, workers=1, cap=10, resync=None, backoff=Backoff(0.05, 0.4)):  # noqa: ANN001, ANN201, B008
+def make(handler, workers=1, cap=10, resync=None, backoff=Backoff(0.05, 0.4)):  # noqa: B008
     return WorkQueue("K", workers, handler, asyncio.Semaphore(cap), lambda key: resync, backoff)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from runner import status
 
 
-def types(conds):  # noqa: ANN001, ANN201
+def types(conds):
     return {c["type"]: (c["status"], c["reason"]) for c in conds}
 
 

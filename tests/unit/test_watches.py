@@ -19,7 +19,7 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def load(project: Path, text: str, **kw):  # noqa: ANN003, ANN201
+def load(project: Path, text: str, **kw):
     f = project / "watches.yaml"
     f.write_text(text)
     return load_watches(f, cwd=project, roles_path="", collections_path="/nonexistent", **kw)
