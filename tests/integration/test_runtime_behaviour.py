@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 from tests.kube import Kube, wait_for
@@ -94,7 +95,7 @@ def test_failures_back_off_exponentially(widgets: Widgets, start_operator) -> No
     widgets.create("bad", {"fail": True})
     op.wait_for_log(r"run end: Widget \S+/bad FAILED", count=4, timeout=30)
     starts = run_times(op.logs(), "bad")
-    gaps = [b - a for a, b in zip(starts, starts[1:])][:3]
+    gaps = [b - a for a, b in pairwise(starts)][:3]
     assert gaps[0] >= 0.4 and gaps[1] >= 0.9 and gaps[2] >= 1.9, gaps  # 0.5 s, 1 s, 2 s (+ run time)
     assert gaps[0] < gaps[1] < gaps[2]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from itertools import pairwise
 
 from runner.queue import CHANGE, RESYNC, Backoff, Outcome, WorkQueue
 
@@ -104,7 +105,7 @@ def test_failures_back_off_exponentially_then_reset() -> None:
 
     rec = asyncio.run(go())
     assert len(rec.calls) == 4
-    gaps = [b[2] - a[2] for a, b in zip(rec.calls, rec.calls[1:])]
+    gaps = [b[2] - a[2] for a, b in pairwise(rec.calls)]
     assert gaps[0] >= 0.045 and gaps[1] >= 0.095 and gaps[2] >= 0.19  # 0.05, 0.1, 0.2
     assert all(c[1] == frozenset({"retry"}) for c in rec.calls[1:])
 
