@@ -106,9 +106,13 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def run(argv: list[str]) -> int:
     args = run_parser().parse_args(argv)
     cfg = config_from_args(args)
+    import faulthandler
+    import signal
+
     from . import logs
 
     logs.setup(cfg.log_level, cfg.log_format)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` prints every thread's stack
     if cfg.ansible_roles_path:
         os.environ["ANSIBLE_ROLES_PATH"] = cfg.ansible_roles_path
     if cfg.ansible_collections_path:

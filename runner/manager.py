@@ -217,8 +217,9 @@ class Operator:
                      len(self.watches), executor.name, cap)
 
         ready_task = asyncio.create_task(mark_ready())
+        stop_wait = asyncio.create_task(self.stopping.wait())
         lost = asyncio.create_task(self.leader.lost.wait()) if self.leader else None
-        waiters = [asyncio.create_task(self.stopping.wait()), kopf_task] + ([lost] if lost else [])
+        waiters = [stop_wait, kopf_task] + ([lost] if lost else [])
         done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         if lost in done:
             log.error("lost the leader lease: stopping every run now so that no two leaders run roles")
@@ -226,19 +227,23 @@ class Operator:
             grace = 0.0
         else:
             grace = cfg.graceful_shutdown_timeout
-        if kopf_task in done and kopf_task.exception():
+        if kopf_task in done and not kopf_task.cancelled() and kopf_task.exception():
             log.error("the watch machinery failed: %s", kopf_task.exception())
             self.exit_code = 1
         self.stopping.set()
-        kopf_stop.set()
+        kopf_stop.set()  # kopf stops its watches itself; cancelling it instead skips its clean-up
         finished = await asyncio.gather(*(q.shutdown(grace) for q in self.queues))
         if not all(finished):
             log.warning("runs still in progress after %.0fs were cancelled", grace)
         await executor.stop()
-        for t in (ready_task, *waiters):
-            if not t.done():
+        for t in (ready_task, stop_wait, lost):
+            if t is not None and not t.done():
                 t.cancel()
         try:
-            await asyncio.wait_for(kopf_task, 10)
-        except (TimeoutError, asyncio.CancelledError, Exception):
+            await asyncio.wait_for(asyncio.shield(kopf_task), 10)
+        except TimeoutError:
+            log.warning("the watches did not stop within 10s; cancelling them")
+            kopf_task.cancel()
+            await asyncio.gather(kopf_task, return_exceptions=True)
+        except Exception:
             pass
