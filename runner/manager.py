@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,13 @@ import kopf
 
 from . import leader as leader_mod
 from .ansible import CALLBACK_DIR, COLLECTIONS_DIR
-from .config import RunConfig, Watch
+from .apisession import ApiSession
+from .config import GVK, RunConfig, Watch
+from .dependents import AnnotatedCleanup, DependentWatcher
 from .execution import Executor
 from .kube import Kube, Resource
-from .queue import Backoff, WorkQueue
+from .proxy import Owner, OwnerProxy, OwnWrites
+from .queue import CHANGE, Backoff, WorkQueue
 from .reconcile import Reconciler, Settings
 from .server import Endpoints
 from .watching import ObjectStore, register
@@ -91,14 +95,17 @@ def write_playbooks(watch: Watch, root: Path) -> dict[str, Path]:
     return out
 
 
-class PassThroughEnvironment:
-    """Runs use the operator's own credentials (in-cluster or KUBECONFIG), unchanged."""
+class ProxyEnvironment:
+    """Every run talks to the API server through the owner-reference proxy, as the run's object."""
 
-    def env_for(self, obj: dict[str, Any]) -> dict[str, str]:
-        return {}
+    def __init__(self, proxy: OwnerProxy) -> None:
+        self.proxy = proxy
 
-    def release(self, obj: dict[str, Any]) -> None:
-        return None
+    def env_for(self, watch: Watch, obj: dict[str, Any]) -> tuple[dict[str, str], Callable[[], None]]:
+        meta = obj["metadata"]
+        owner = Owner(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace") or "", meta["uid"], watch.gvk)
+        token, path = self.proxy.kubeconfig_for(owner)
+        return {"K8S_AUTH_KUBECONFIG": str(path), "KUBECONFIG": str(path)}, lambda: self.proxy.release(token)
 
 
 def make_executor(cfg: RunConfig, parallel: int) -> Executor:
@@ -184,16 +191,45 @@ class Operator:
         settings.networking.error_backoffs = (0.5, 1, 2, 3, 5, 8)
         reconcile_settings = Settings(cfg.reconcile_period, cfg.artifacts_dir, cfg.ansible_args, cfg.ansible_log_events)
         playbook_root = cfg.artifacts_dir / "_playbooks"
+        api = ApiSession(kube.configuration)
+        by_gvk: dict[GVK, tuple[Watch, WorkQueue]] = {}
+
+        def enqueue_owner(gvk: GVK, key: tuple[str, str]) -> None:
+            if gvk in by_gvk:
+                by_gvk[gvk][1].add(key, CHANGE)
+
+        watcher = DependentWatcher(api, self.watches, cfg.watch_namespaces, OwnWrites(), enqueue_owner)
+
+        cleanup = AnnotatedCleanup(kube)
+        background: set[asyncio.Task[None]] = set()
+
+        def on_dependent(owner: Owner, gvk: GVK, plural: str, namespaced: bool, annotated: bool) -> None:
+            if owner.gvk not in by_gvk:
+                return
+            watch = by_gvk[owner.gvk][0]
+            watcher.ensure(watch, gvk, plural, namespaced)
+            if annotated:
+                res = kube.discover(watch.gvk)  # cached: the reconciler resolved it before the run
+                task = asyncio.create_task(kube.call(cleanup.record, res, owner.namespace, owner.name, owner.uid,
+                                                     gvk, plural))
+                background.add(task)
+                task.add_done_callback(background.discard)
+
+        proxy = OwnerProxy(api, cfg.inject_owner_ref, on_dependent)
+        watcher.own_writes = proxy.own_writes
+        await proxy.start()
+        run_env = ProxyEnvironment(proxy)
         for watch in self.watches:
             store = ObjectStore(watch)
             resource = LazyResource(kube, watch)
             reconciler = Reconciler(watch, resource, reconcile_settings, kube, executor, store,
-                                    write_playbooks(watch, playbook_root), PassThroughEnvironment())
+                                    write_playbooks(watch, playbook_root), run_env)
             queue = WorkQueue(
                 name=watch.gvk.kind, workers=watch.max_concurrent_reconciles, handler=reconciler,
                 global_cap=global_cap, resync_period=lambda key, r=reconciler, s=store: r.reconcile_period(s.latest(key)),
                 backoff=Backoff(cfg.retry_backoff_base, cfg.retry_backoff_max))
             register(registry, settings, watch, store, queue)
+            by_gvk[watch.gvk] = (watch, queue)
             queue.start()
             self.queues.append(queue)
             log.info("watching %s with %s (%d workers)", watch.gvk, watch.target, watch.max_concurrent_reconciles)
@@ -236,6 +272,9 @@ class Operator:
         if not all(finished):
             log.warning("runs still in progress after %.0fs were cancelled", grace)
         await executor.stop()
+        await watcher.stop()
+        await proxy.stop()
+        await api.close()
         for t in (ready_task, stop_wait, lost):
             if t is not None and not t.done():
                 t.cancel()

@@ -11,6 +11,7 @@ import logging
 import secrets
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ from .config import (
     Watch,
     parse_duration,
 )
+from .dependents import CLEANUP_FINALIZER, AnnotatedCleanup
 from .events import Recorder
 from .execution import Executor, RunRequest, RunResult
 from .kube import JSON_PATCH, Kube, NotFound, Resource
@@ -45,11 +47,10 @@ class ResourceSource(Protocol):
 
 
 class RunEnvironment(Protocol):
-    """Per-run environment for Ansible (e.g. a kubeconfig naming the owner for owner-reference injection)."""
+    """Per-run environment for Ansible: a kubeconfig that tells the API proxy which object the run is for.
+    Returns the environment and what to call when the run is over."""
 
-    def env_for(self, obj: dict[str, Any]) -> dict[str, str]: ...
-
-    def release(self, obj: dict[str, Any]) -> None: ...
+    def env_for(self, watch: Watch, obj: dict[str, Any]) -> tuple[dict[str, str], Callable[[], None]]: ...
 
 
 @dataclass
@@ -89,6 +90,7 @@ class Reconciler:
         self.playbooks = playbooks  # "main" and, with a finalizer role/playbook, "finalizer"
         self.run_env = run_env
         self.status = status.StatusWriter(kube)
+        self.cleanup = AnnotatedCleanup(kube)
         self.recorder = Recorder(kube)
         self.kind = watch.gvk.kind
 
@@ -157,6 +159,11 @@ class Reconciler:
         fin = watch.finalizer.name if watch.finalizer else None
         deleting = bool(meta.get("deletionTimestamp"))
         if deleting and (fin is None or fin not in (meta.get("finalizers") or [])):
+            if CLEANUP_FINALIZER in (meta.get("finalizers") or []):
+                # The role's finalizer (if any) is done: now the annotation-linked dependents.
+                count = await self.kube.call(self.cleanup.cleanup, obj, watch.gvk)
+                log.info("deleted %d annotation-linked dependent(s) of %s %s/%s", count, self.kind, ns, name)
+                await self._update_finalizers(key, obj, lambda f: [x for x in f if x != CLEANUP_FINALIZER])
             return Outcome(forget=True)  # nothing of ours left to do; Kubernetes removes the object
 
         raw_period = (meta.get("annotations") or {}).get(RECONCILE_PERIOD_ANNOTATION)
@@ -187,12 +194,13 @@ class Reconciler:
 
         finalizer_run = deleting
         playbook = self.playbooks["finalizer" if finalizer_run and "finalizer" in self.playbooks else "main"]
+        run_env, release = self.run_env.env_for(watch, obj)
         request = RunRequest(
             ident=_ident(),
             private_data_dir=self.private_dir(ns, name),
             playbook=playbook,
             extravars=build_extravars(watch, obj, finalizer_run),
-            env=self.run_env.env_for(obj),
+            env=run_env,
             verbosity=max(0, min(7, _int_annotation(obj, VERBOSITY_ANNOTATION, watch.ansible_verbosity))),
             cmdline=self.settings.ansible_args,
             keep_artifacts=_int_annotation(obj, MAX_RUNNER_ARTIFACTS_ANNOTATION, watch.max_runner_artifacts),
@@ -203,7 +211,10 @@ class Reconciler:
                  extra={"object": request.label, "ident": request.ident})
         metrics.RUNS_TOTAL.labels(self.kind).inc()
         t0 = time.monotonic()
-        result = await self.executor.run(request)
+        try:
+            result = await self.executor.run(request)
+        finally:
+            release()
         outcome = result.outcome
         self._log_result(request, result, time.monotonic() - t0, what)
         for payload in outcome.metrics:
@@ -217,13 +228,11 @@ class Reconciler:
 
         latest = await self._fresh(key)
         if latest is None:
-            self.run_env.release(obj)
             return Outcome(forget=True)
         self.source.observed(key, latest)
 
         if finalizer_run and outcome.ok:
             await self._update_finalizers(key, latest, lambda f: [x for x in f if x != fin])
-            self.run_env.release(obj)
             shutil.rmtree(request.private_data_dir, ignore_errors=True)
             return Outcome(forget=True)
 

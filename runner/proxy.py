@@ -1,0 +1,285 @@
+"""The API proxy between roles and the API server (the Go ansible-operator's design).
+
+Each run gets a kubeconfig that points at this proxy with a one-off token as its user name; the proxy
+knows which object the run is for from the token, forwards every request with the operator's own
+credentials, and on the way:
+
+- adds an ownerReference to the run's object (controller, blockOwnerDeletion) to objects the role
+  creates or updates in the object's namespace (or anywhere, when the owner is cluster-scoped), and the
+  annotations ``operator-sdk/primary-resource`` / ``-type`` to cluster-scoped objects and objects in
+  other namespaces, whatever module or tool the role uses;
+- tells the dependent watcher about every kind it sees owned this way, so changes to those objects
+  bring their owner back (also after a restart: the first run re-reads its dependents through here);
+- remembers the resourceVersions its writes produced, so the role's own writes do not trigger runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import secrets
+import tempfile
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from .apisession import ApiSession
+from .config import GVK
+
+log = logging.getLogger(__name__)
+
+PRIMARY_RESOURCE = "operator-sdk/primary-resource"
+PRIMARY_RESOURCE_TYPE = "operator-sdk/primary-resource-type"
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+              "transfer-encoding", "upgrade", "host", "authorization", "content-length",
+              # aiohttp decompresses upstream bodies itself; pass them on as plain bytes
+              "accept-encoding", "content-encoding"}
+NAMESPACE_SUBRESOURCES = {"status", "finalize"}
+
+
+@dataclass(frozen=True)
+class Owner:
+    api_version: str
+    kind: str
+    name: str
+    namespace: str  # "" when cluster-scoped
+    uid: str
+    gvk: GVK
+
+    @property
+    def reference(self) -> dict[str, Any]:
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid,
+                "controller": True, "blockOwnerDeletion": True}
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        group = f".{self.gvk.group}" if self.gvk.group else ""
+        return {PRIMARY_RESOURCE: f"{self.namespace}/{self.name}", PRIMARY_RESOURCE_TYPE: f"{self.kind}{group}"}
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    group: str
+    version: str
+    namespace: str | None
+    resource: str
+    name: str | None
+    subresource: str | None
+
+
+def parse_path(path: str) -> RequestInfo | None:
+    """Kubernetes' RequestInfoFactory for resource requests: /api/v1/... and /apis/<g>/<v>/..."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 3 and parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif len(parts) >= 4 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) >= 2:
+        namespace = rest[1]
+        if len(rest) > 2 and rest[2] not in NAMESPACE_SUBRESOURCES:
+            rest = rest[2:]
+        else:
+            rest, namespace = ["namespaces", *rest[1:]], None
+    resource = rest[0]
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else None
+    return RequestInfo(group, version, namespace, resource, name, sub)
+
+
+class ResourceIndex:
+    """Plural → (kind, namespaced), from discovery, cached per group/version."""
+
+    def __init__(self, api: ApiSession) -> None:
+        self.api = api
+        self._cache: dict[tuple[str, str], dict[str, tuple[str, bool]]] = {}
+
+    async def lookup(self, group: str, version: str, plural: str) -> tuple[str, bool] | None:
+        key = (group, version)
+        if key not in self._cache or plural not in self._cache[key]:
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            async with self.api.request("GET", path) as resp:
+                if resp.status != 200:
+                    return None
+                listing = await resp.json()
+            self._cache[key] = {r["name"]: (r["kind"], bool(r.get("namespaced")))
+                                for r in listing.get("resources", []) if "/" not in r["name"]}
+        return self._cache[key].get(plural)
+
+
+class OwnWrites:
+    """A bounded memory of resourceVersions produced by the roles' own writes."""
+
+    def __init__(self, size: int = 20000) -> None:
+        self._rvs: OrderedDict[str, None] = OrderedDict()
+        self.size = size
+
+    def add(self, rv: str) -> None:
+        self._rvs[rv] = None
+        while len(self._rvs) > self.size:
+            self._rvs.popitem(last=False)
+
+    def __contains__(self, rv: object) -> bool:
+        return rv in self._rvs
+
+
+class OwnerProxy:
+    def __init__(self, api: ApiSession, inject_owner_ref: bool,
+                 on_dependent: Callable[[Owner, GVK, str, bool, bool], None],
+                 kubeconfig_dir: Path | None = None) -> None:
+        self.api = api
+        self.inject = inject_owner_ref
+        self.on_dependent = on_dependent
+        self.index = ResourceIndex(api)
+        self.own_writes = OwnWrites()
+        self._tokens: dict[str, Owner] = {}
+        self._dir = kubeconfig_dir or Path(tempfile.mkdtemp(prefix="playbook-operator-kubeconfigs-"))
+        self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        # An ephemeral port: upstream's fixed 8888 clashes when two operators share a host.
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        log.info("API proxy for roles on 127.0.0.1:%d (owner references %s)", self.port,
+                 "injected" if self.inject else "not injected")
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+
+    # ------------------------------------------------------------------ per-run credentials
+    def kubeconfig_for(self, owner: Owner) -> tuple[str, Path]:
+        token = secrets.token_urlsafe(24)
+        self._tokens[token] = owner
+        path = self._dir / f"{token}.yaml"
+        cfg = {
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "proxy", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
+            "users": [{"name": "run", "user": {"username": token, "password": "unused"}}],
+            "contexts": [{"name": "run", "context": {"cluster": "proxy", "user": "run",
+                                                      "namespace": owner.namespace or "default"}}],
+            "current-context": "run",
+        }
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(cfg, fh)
+        return token, path
+
+    def release(self, token: str) -> None:
+        self._tokens.pop(token, None)
+        (self._dir / f"{token}.yaml").unlink(missing_ok=True)
+
+    def _owner(self, request: web.Request) -> Owner | None:
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Basic "):
+            return None
+        try:
+            user = base64.b64decode(auth[6:]).decode().split(":", 1)[0]
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return self._tokens.get(user)
+
+    # ------------------------------------------------------------------ the proxy
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        owner = self._owner(request)
+        if owner is None:
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401,
+                                      "reason": "Unauthorized", "message": "unknown or expired run token"}, status=401)
+        body = await request.read() if request.can_read_body else None
+        info = parse_path(request.path)
+        target: tuple[str, bool] | None = None
+        if info is not None and info.subresource is None:
+            try:
+                target = await self.index.lookup(info.group, info.version, info.resource)
+            except Exception as exc:
+                log.debug("discovery for %s failed: %s", request.path, exc)
+        if body and self.inject and info is not None and target is not None and request.method in ("POST", "PUT", "PATCH"):
+            body = self._inject(request, info, target, owner, body)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        async with self.api.request(request.method, request.path_qs, headers=headers, data=body) as upstream:
+            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for k, v in upstream.headers.items():
+                if k.lower() not in HOP_BY_HOP:
+                    resp.headers[k] = v
+            single = (info is not None and target is not None and info.subresource is None
+                      and (info.name or request.method == "POST") and "watch" not in request.query)
+            if single and upstream.status < 300:
+                data = await upstream.read()
+                await resp.prepare(request)
+                await resp.write(data)
+                await resp.write_eof()
+                self._observe(request.method, info, target, owner, data)
+                return resp
+            await resp.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+
+    def _inject(self, request: web.Request, info: RequestInfo, target: tuple[str, bool], owner: Owner,
+                body: bytes) -> bytes:
+        ctype = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
+        if ctype == "application/json-patch+json":
+            return body  # a list of operations: nothing safe to add
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            try:
+                obj = yaml.safe_load(body)
+            except yaml.YAMLError:
+                return body
+        if not isinstance(obj, dict):
+            return body
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            return body
+        _, namespaced = target
+        dep_namespace = info.namespace or meta.get("namespace") or ""
+        owned = not owner.namespace or (namespaced and dep_namespace == owner.namespace)
+        if owned and ctype != "application/merge-patch+json":
+            # A JSON merge patch replaces the whole list: adding ours there would drop other owners.
+            refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, dict)]
+            if not any(r.get("uid") == owner.uid for r in refs):
+                ref = owner.reference
+                if any(r.get("controller") for r in refs):
+                    ref["controller"] = False  # only one controller; keep the existing one
+                refs.append(ref)
+                meta["ownerReferences"] = refs
+        elif not owned:
+            meta["annotations"] = {**(meta.get("annotations") or {}), **owner.annotations}
+        else:
+            return body
+        return json.dumps(obj).encode()
+
+    def _observe(self, method: str, info: RequestInfo, target: tuple[str, bool], owner: Owner, data: bytes) -> None:
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            return
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            return
+        if method in ("POST", "PUT", "PATCH") and meta.get("resourceVersion"):
+            self.own_writes.add(meta["resourceVersion"])
+        owned = any(isinstance(r, dict) and r.get("uid") == owner.uid for r in meta.get("ownerReferences") or [])
+        ann = meta.get("annotations") or {}
+        annotated = all(ann.get(k) == v for k, v in owner.annotations.items())
+        if owned or annotated:
+            kind, namespaced = target
+            self.on_dependent(owner, GVK(info.group, info.version, kind), info.resource, namespaced, not owned)

@@ -1,0 +1,111 @@
+"""Owned dependents: owner references and annotations injected by the runtime's API proxy, dependent
+watches that bring the owner back, garbage collection and the runtime's own cleanup."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from kubernetes import client
+
+from tests.kube import Kube, wait_for
+from tests.operator import Widgets, widget_watch
+
+
+def gone(fn) -> bool:
+    try:
+        fn()
+    except client.ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+def test_owned_dependents_come_back_and_go_with_their_owner(kube: Kube, namespace: str, widgets: Widgets,
+                                                           start_operator) -> None:
+    op = start_operator([widget_watch()])
+    w = widgets.create("own", {"message": "mine"})
+    widgets.wait_successful("own")
+    cm = kube.core.read_namespaced_config_map("own-cm", namespace)
+    (ref,) = cm.metadata.owner_references  # the role never mentions owners: the runtime added it
+    assert (ref.kind, ref.name, ref.uid, ref.controller, ref.block_owner_deletion) == (
+        "Widget", "own", w["metadata"]["uid"], True, True)
+
+    kube.core.delete_namespaced_config_map("own-cm", namespace)
+    wait_for("the deleted ConfigMap to be recreated",
+             lambda: kube.core.read_namespaced_config_map("own-cm", namespace), timeout=30)
+    kube.core.patch_namespaced_config_map("own-cm", namespace, {"data": {"message": "tampered"}})
+    wait_for("the edited ConfigMap to be restored", lambda: kube.core.read_namespaced_config_map(
+        "own-cm", namespace).data["message"] == "mine", timeout=30)
+    assert "watching v1, Kind=ConfigMap as a dependent kind" in op.logs()
+
+    widgets.delete("own")
+    wait_for("garbage collection of the ConfigMap",
+             lambda: gone(lambda: kube.core.read_namespaced_config_map("own-cm", namespace)), timeout=60)
+
+
+def test_annotated_dependents_are_watched_and_cleaned_up(kube: Kube, namespace: str, widgets: Widgets,
+                                                        start_operator) -> None:
+    other = f"t-other-{uuid.uuid4().hex[:6]}"
+    kube.core.create_namespace({"metadata": {"name": other}})
+    try:
+        op = start_operator([widget_watch(watchClusterScopedResources=True)])
+        widgets.create("far", {"clusterRole": True, "otherNamespace": other})
+        widgets.wait_successful("far")
+        cr_name = f"widget-{namespace}-far"
+        role = kube.rbac.read_cluster_role(cr_name)
+        assert role.metadata.annotations["operator-sdk/primary-resource"] == f"{namespace}/far"
+        assert role.metadata.annotations["operator-sdk/primary-resource-type"] == "Widget.test.playbook-operator.dev"
+        assert not role.metadata.owner_references
+        remote = kube.core.read_namespaced_config_map("far-remote", other)
+        assert remote.metadata.annotations["operator-sdk/primary-resource"] == f"{namespace}/far"
+        # a cluster-scoped dependent is watched (watchClusterScopedResources) and recreated
+        kube.rbac.delete_cluster_role(cr_name)
+        wait_for("the ClusterRole to be recreated", lambda: kube.rbac.read_cluster_role(cr_name), timeout=30)
+        obj = widgets.get("far")
+        assert "playbook-operator.dev/cleanup-annotated-dependents" in obj["metadata"]["finalizers"]
+        # deleting the owner deletes what garbage collection cannot (no ownerReference across scopes)
+        widgets.delete("far")
+        wait_for("the Widget to be gone", lambda: not widgets.exists("far"), timeout=60)
+        assert gone(lambda: kube.rbac.read_cluster_role(cr_name))
+        assert gone(lambda: kube.core.read_namespaced_config_map("far-remote", other))
+        assert "deleted 2 annotation-linked dependent(s)" in op.logs()
+    finally:
+        kube.core.delete_namespace(other)
+        try:
+            kube.rbac.delete_cluster_role(f"widget-{namespace}-far")
+        except client.ApiException:
+            pass
+
+
+def test_without_cluster_scoped_watch_and_with_blacklist(kube: Kube, namespace: str, widgets: Widgets,
+                                                         start_operator) -> None:
+    op = start_operator([widget_watch(blacklist=[{"group": "", "version": "v1", "kind": "ConfigMap"}])])
+    widgets.create("bl", {"clusterRole": True})
+    widgets.wait_successful("bl")
+    kube.core.delete_namespaced_config_map("bl-cm", namespace)
+    kube.rbac.delete_cluster_role(f"widget-{namespace}-bl")
+    time.sleep(5)
+    assert len(op.runs("bl")) == 1  # neither a blacklisted kind nor an unwatched cluster-scoped one
+    assert "as a dependent kind" not in op.logs()
+    widgets.delete("bl")
+    wait_for("the Widget to be gone", lambda: not widgets.exists("bl"), timeout=60)
+
+
+def test_dependent_watches_are_relearned_after_a_restart(kube: Kube, namespace: str, widgets: Widgets,
+                                                         start_operator) -> None:
+    first = start_operator([widget_watch()], name="first")
+    widgets.create("r", {"message": "before restart"})
+    widgets.wait_successful("r")
+    first.stop()
+    second = start_operator([widget_watch()], name="second")
+    second.wait_for_log("watching v1, Kind=ConfigMap as a dependent kind", timeout=60)
+    kube.core.delete_namespaced_config_map("r-cm", namespace)
+    wait_for("the ConfigMap (created before the restart) to be recreated",
+             lambda: kube.core.read_namespaced_config_map("r-cm", namespace), timeout=30)
+
+
+def test_inject_owner_ref_false(kube: Kube, namespace: str, widgets: Widgets, start_operator) -> None:
+    start_operator([widget_watch()], "--inject-owner-ref=false")
+    widgets.create("plain", {})
+    widgets.wait_successful("plain")
+    assert not kube.core.read_namespaced_config_map("plain-cm", namespace).metadata.owner_references
