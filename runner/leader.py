@@ -55,6 +55,7 @@ class LeaderElector:
         self.is_leader = False
         self.lost = asyncio.Event()
         self._observed: tuple[str, float] | None = None  # (resourceVersion, when we saw it change)
+        self._last_renew = 0.0
         self._renewer: asyncio.Task[None] | None = None
         self._res: Resource | None = None
 
@@ -116,6 +117,7 @@ class LeaderElector:
         while not stopping.is_set():
             if await self._attempt():
                 self.is_leader = True
+                self._last_renew = time.monotonic()
                 log.info("became the leader: %s holds lease %s/%s", self.identity, self.namespace, self.name)
                 self._renewer = asyncio.create_task(self._renew_loop(), name="lease-renewer")
                 return True
@@ -125,13 +127,17 @@ class LeaderElector:
                 pass
         return False
 
+    def fresh(self) -> bool:
+        """Whether runs may start: we renewed within the renew deadline, so nobody else can hold the Lease
+        yet (it can only be taken a whole lease duration after our last renewal)."""
+        return self.is_leader and time.monotonic() - self._last_renew < self.renew_deadline
+
     async def _renew_loop(self) -> None:
-        last_renew = time.monotonic()
         while self.is_leader:
             await asyncio.sleep(self.retry_period)
             if await self._attempt():
-                last_renew = time.monotonic()
-            elif time.monotonic() - last_renew > self.renew_deadline:
+                self._last_renew = time.monotonic()
+            elif time.monotonic() - self._last_renew > self.renew_deadline:
                 self.is_leader = False
                 log.error("could not renew lease %s/%s for %.0fs: leadership lost", self.namespace, self.name,
                           self.renew_deadline)

@@ -227,7 +227,8 @@ class Operator:
             queue = WorkQueue(
                 name=watch.gvk.kind, workers=watch.max_concurrent_reconciles, handler=reconciler,
                 global_cap=global_cap, resync_period=lambda key, r=reconciler, s=store: r.reconcile_period(s.latest(key)),
-                backoff=Backoff(cfg.retry_backoff_base, cfg.retry_backoff_max))
+                backoff=Backoff(cfg.retry_backoff_base, cfg.retry_backoff_max),
+                may_run=self.leader.fresh if self.leader else (lambda: True))
             register(registry, settings, watch, store, queue)
             by_gvk[watch.gvk] = (watch, queue)
             queue.start()

@@ -58,6 +58,8 @@ class WorkQueue:
     global_cap: asyncio.Semaphore
     resync_period: Callable[[Key], float | None]
     backoff: Backoff = field(default_factory=Backoff)
+    # Runs start only while this says yes (the leader's lease is fresh); checked right before each run.
+    may_run: Callable[[], bool] = lambda: True
 
     def __post_init__(self) -> None:
         self._order: deque[Key] = deque()
@@ -171,6 +173,8 @@ class WorkQueue:
             outcome = Outcome(error=True)
             try:
                 async with self.global_cap:
+                    while not self.may_run():  # noqa: ASYNC110 - a time-based condition, no event to wait on
+                        await asyncio.sleep(0.2)  # the operator is about to stop (leadership lost)
                     metrics.IN_FLIGHT.labels(self.name).inc()
                     try:
                         outcome = await self.handler(key, reasons)

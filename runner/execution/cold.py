@@ -25,16 +25,24 @@ class ColdExecutor:
         # ansible-runner blocks while it drives the child process: one thread per run in flight.
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="ansible-runner")
         self._base_env = base_env
+        self._cancelled: set[str] = set()
+        self._stopping = False
 
     async def start(self) -> None:
         return None
 
     async def stop(self) -> None:
+        self._stopping = True  # every run in progress is told to cancel (ansible-runner kills its process)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def run(self, request: RunRequest) -> RunResult:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._run, request)
+        future = loop.run_in_executor(self._pool, self._run, request)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            self._cancelled.add(request.ident)
+            raise
 
     def _run(self, request: RunRequest) -> RunResult:
         request.prepare_dir()
@@ -51,7 +59,9 @@ class ColdExecutor:
             quiet=True,
             settings={"suppress_ansible_output": True, "suppress_output_file": False},
             rotate_artifacts=0,  # pruning is ours: upstream cannot express "keep none"
+            cancel_callback=lambda: self._stopping or request.ident in self._cancelled,
         )
+        self._cancelled.discard(request.ident)
         events = read_events(request.artifact_dir)
         result = RunResult(rc=r.rc if r.rc is not None else -1, status=r.status or "error",
                            events=events, artifact_dir=request.artifact_dir)

@@ -1,0 +1,111 @@
+"""Operator high availability: two operator processes, one Lease, never two leaders running roles."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+import uuid
+
+from tests.kube import Kube, wait_for
+from tests.operator import OperatorProcess, Widgets, widget_watch
+
+FAST_LEASE = ("--leader-election-lease-duration", "6s", "--leader-election-renew-deadline", "4s",
+              "--leader-election-retry-period", "1s")
+
+
+def ha_args(namespace: str, lock: str) -> list[str]:
+    return ["--leader-elect", "--leader-election-id", lock, "--leader-election-namespace", namespace, *FAST_LEASE]
+
+
+def stamp(line: str) -> float:
+    s = line[:23]
+    return time.mktime(time.strptime(s[:19], "%Y-%m-%d %H:%M:%S")) + int(s[20:23]) / 1000
+
+
+def run_intervals(op: OperatorProcess) -> list[tuple[float, float]]:
+    """(start, end) of every run this operator made, from its log."""
+    spans, open_at = [], {}
+    for line in op.logs().splitlines():
+        m = re.search(r"(run|finalizer) (start|end): Widget (\S+)", line)
+        if not m:
+            continue
+        if m.group(2) == "start":
+            open_at[m.group(3)] = stamp(line)
+        elif m.group(3) in open_at:
+            spans.append((open_at.pop(m.group(3)), stamp(line)))
+    spans += [(t, float("inf")) for t in open_at.values()]
+    return spans
+
+
+def assert_never_both(a: OperatorProcess, b: OperatorProcess) -> None:
+    for s1, e1 in run_intervals(a):
+        for s2, e2 in run_intervals(b):
+            assert e1 <= s2 or e2 <= s1, f"runs overlap: {a.name} {s1}-{e1} and {b.name} {s2}-{e2}"
+
+
+def test_standby_takes_over_at_once_after_sigterm(kube: Kube, namespace: str, widgets: Widgets,
+                                                  start_operator) -> None:  # noqa: ANN001
+    lock = f"lock-{uuid.uuid4().hex[:6]}"
+    a = start_operator([widget_watch()], *ha_args(namespace, lock), name="a")
+    b = start_operator([widget_watch()], *ha_args(namespace, lock), name="b", wait=False)
+    b.wait_for_log("waiting to become the leader")
+    time.sleep(1)
+    assert a.http_get("/readyz")[0] == 200
+    assert b.http_get("/healthz") == (200, "ok") and b.http_get("/readyz")[0] == 503
+    widgets.create("one", {"message": "by a"})
+    widgets.wait_successful("one")
+    assert a.runs("one") and not b.runs("one")
+
+    t0 = time.monotonic()
+    assert a.stop(signal.SIGTERM) == 0
+    b.wait_for_log("became the leader", timeout=10)
+    failover = time.monotonic() - t0
+    assert failover < 4, f"standby took {failover:.1f}s after a graceful stop (the Lease is released)"
+    assert "released lease" in a.logs()
+    widgets.create("two", {"message": "during the hand-over"})
+    widgets.wait_successful("two")
+    assert b.runs("two") and not a.runs("two")
+    assert b.http_get("/readyz")[0] == 200
+    assert_never_both(a, b)
+
+
+def test_standby_replaces_a_killed_leader_within_the_lease(kube: Kube, namespace: str, widgets: Widgets,
+                                                           start_operator) -> None:  # noqa: ANN001
+    lock = f"lock-{uuid.uuid4().hex[:6]}"
+    a = start_operator([widget_watch()], *ha_args(namespace, lock), name="a")
+    b = start_operator([widget_watch()], *ha_args(namespace, lock), name="b", wait=False)
+    b.wait_for_log("waiting to become the leader")
+    a.kill_group()  # SIGKILL: no chance to release the Lease
+    t0 = time.monotonic()
+    widgets.create("orphan", {"message": "created while nobody leads"})
+    b.wait_for_log("became the leader", timeout=20)
+    failover = time.monotonic() - t0
+    assert failover <= 6 + 2, f"took {failover:.1f}s, lease duration is 6s (+ one retry period)"
+    widgets.wait_successful("orphan")
+    assert_never_both(a, b)
+
+
+def test_a_leader_that_cannot_renew_stops_before_its_lease_can_be_taken(kube: Kube, namespace: str, widgets: Widgets,
+                                                                       start_operator) -> None:  # noqa: ANN001
+    lock = f"lock-{uuid.uuid4().hex[:6]}"
+    a = start_operator([widget_watch()], *ha_args(namespace, lock), name="a")
+    b = start_operator([widget_watch()], *ha_args(namespace, lock), name="b", wait=False)
+    b.wait_for_log("waiting to become the leader")
+    widgets.create("first", {})
+    widgets.wait_successful("first")
+    assert a.proc is not None
+    os.killpg(a.proc.pid, signal.SIGSTOP)  # frozen: cannot renew
+    try:
+        b.wait_for_log("became the leader", timeout=20)
+        widgets.create("second", {"message": "while a is frozen"})
+        widgets.patch("first", {"spec": {"message": "changed while a is frozen"}})
+        widgets.wait_successful("second")
+    finally:
+        os.killpg(a.proc.pid, signal.SIGCONT)
+    assert a.proc.wait(20) == 1  # it noticed, stopped and exited
+    assert "leadership lost" in a.logs()
+    widgets.wait_successful("first", generation=2)
+    assert_never_both(a, b)
+    assert len(a.runs()) == 1  # the frozen leader started nothing after it woke up
