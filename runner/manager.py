@@ -60,9 +60,10 @@ def ansible_env(cfg: RunConfig) -> dict[str, str]:
         "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
         "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
     }
-    roles_path = cfg.ansible_roles_path or os.environ.get("ANSIBLE_ROLES_PATH")
-    if roles_path:
-        env["ANSIBLE_ROLES_PATH"] = roles_path
+    # As upstream: "If unset, roles are assumed to be in {{CWD}}/roles" (and ours: beside watches.yaml).
+    default_roles = [str(Path.cwd() / "roles"), str(cfg.watches_file.resolve().parent / "roles")]
+    roles_path = cfg.ansible_roles_path or os.environ.get("ANSIBLE_ROLES_PATH") or ":".join(dict.fromkeys(default_roles))
+    env["ANSIBLE_ROLES_PATH"] = roles_path
     return env
 
 

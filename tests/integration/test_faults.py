@@ -25,7 +25,7 @@ FINALIZER = "test.playbook-operator.dev/cleanup"
 
 
 def test_operator_killed_mid_run_converges_after_restart(kube: Kube, namespace: str, widgets: Widgets,
-                                                         start_operator) -> None:  # noqa: ANN001
+                                                         start_operator) -> None:
     watches = [widget_watch(finalizer={"name": FINALIZER, "role": str(TESTOP / "roles" / "widget_finalizer")})]
     first = start_operator(watches, name="first")
     widgets.create("k", {"message": "v1", "sleep": 3})
@@ -92,7 +92,7 @@ def etcd_compact(cluster: LocalCluster) -> int:
 
 
 @pytest.mark.xdist_group("own-cluster")
-def test_api_server_outage(faults, tmp_path: Path) -> None:  # noqa: ANN001
+def test_api_server_outage(faults, tmp_path: Path) -> None:
     cluster, kube, ns, widgets, ops = faults
     op = start(ops, kube, ns, tmp_path)
     widgets.create("before", {"message": "v1"})
@@ -111,7 +111,7 @@ def test_api_server_outage(faults, tmp_path: Path) -> None:  # noqa: ANN001
 
 
 @pytest.mark.xdist_group("own-cluster")
-def test_expired_watches_relist_without_missing_or_repeating_work(faults, tmp_path: Path) -> None:  # noqa: ANN001
+def test_expired_watches_relist_without_missing_or_repeating_work(faults, tmp_path: Path) -> None:
     cluster, kube, ns, widgets, ops = faults
     op = start(ops, kube, ns, tmp_path)
     for name in ("changed", "untouched", "victim"):

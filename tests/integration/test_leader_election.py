@@ -8,7 +8,7 @@ import signal
 import time
 import uuid
 
-from tests.kube import Kube, wait_for
+from tests.kube import Kube
 from tests.operator import OperatorProcess, Widgets, widget_watch
 
 FAST_LEASE = ("--leader-election-lease-duration", "6s", "--leader-election-renew-deadline", "4s",
@@ -46,7 +46,7 @@ def assert_never_both(a: OperatorProcess, b: OperatorProcess) -> None:
 
 
 def test_standby_takes_over_at_once_after_sigterm(kube: Kube, namespace: str, widgets: Widgets,
-                                                  start_operator) -> None:  # noqa: ANN001
+                                                  start_operator) -> None:
     lock = f"lock-{uuid.uuid4().hex[:6]}"
     a = start_operator([widget_watch()], *ha_args(namespace, lock), name="a")
     b = start_operator([widget_watch()], *ha_args(namespace, lock), name="b", wait=False)
@@ -72,7 +72,7 @@ def test_standby_takes_over_at_once_after_sigterm(kube: Kube, namespace: str, wi
 
 
 def test_standby_replaces_a_killed_leader_within_the_lease(kube: Kube, namespace: str, widgets: Widgets,
-                                                           start_operator) -> None:  # noqa: ANN001
+                                                           start_operator) -> None:
     lock = f"lock-{uuid.uuid4().hex[:6]}"
     a = start_operator([widget_watch()], *ha_args(namespace, lock), name="a")
     b = start_operator([widget_watch()], *ha_args(namespace, lock), name="b", wait=False)
@@ -88,7 +88,7 @@ def test_standby_replaces_a_killed_leader_within_the_lease(kube: Kube, namespace
 
 
 def test_a_leader_that_cannot_renew_stops_before_its_lease_can_be_taken(kube: Kube, namespace: str, widgets: Widgets,
-                                                                       start_operator) -> None:  # noqa: ANN001
+                                                                       start_operator) -> None:
     lock = f"lock-{uuid.uuid4().hex[:6]}"
     a = start_operator([widget_watch()], *ha_args(namespace, lock), name="a")
     b = start_operator([widget_watch()], *ha_args(namespace, lock), name="b", wait=False)

@@ -1,0 +1,14 @@
+#!/bin/bash
+# A logical backup of the whole server (every database, roles included) into $BACKUP_FILE (gzip).
+# Written under a temporary name and renamed when complete, so a failed backup never looks finished.
+# Prints the size; also writes it to the termination message, where the operator reads it.
+set -euo pipefail
+: "${BACKUP_FILE:?}"
+mkdir -p "$(dirname "$BACKUP_FILE")"
+until pg_isready -q; do sleep 1; done
+pg_dumpall --clean --if-exists | gzip -c > "$BACKUP_FILE.partial"
+gzip -t "$BACKUP_FILE.partial"
+mv "$BACKUP_FILE.partial" "$BACKUP_FILE"
+size=$(stat -c %s "$BACKUP_FILE")
+echo "backup $BACKUP_FILE: $size bytes"
+[ -w /dev/termination-log ] && printf 'size=%s\n' "$size" > /dev/termination-log || true
