@@ -236,15 +236,18 @@ class Reconciler:
             shutil.rmtree(request.private_data_dir, ignore_errors=True)
             return Outcome(forget=True)
 
+        # observedGeneration says which spec the result is for: the one the run was given, even if the
+        # object changed meanwhile (that change has its own run queued).
+        ran_generation = obj["metadata"].get("generation")
         was_failed = status.is_failed(latest)
         if watch.manage_status:
             if outcome.ok:
                 await self.kube.call(
                     self.status.update, self.res, ns, name,
                     lambda c: status.done(c, True, outcome.result, []),
-                    observed_generation=latest["metadata"].get("generation"), skip_if_equivalent=idle)
+                    observed_generation=ran_generation, skip_if_equivalent=idle)
             else:
-                await self._finish_failed(latest, outcome.failures, outcome.result)
+                await self._finish_failed(latest, outcome.failures, outcome.result, ran_generation)
         elif not outcome.ok:
             await self._event(latest, "Warning", "ReconcileFailed", "\n".join(outcome.failures))
         if outcome.ok and was_failed:
@@ -254,12 +257,13 @@ class Reconciler:
             return Outcome(error=False, requeue_after=outcome.requeue_after)
         return Outcome(error=not outcome.ok)  # on success the queue schedules the reconcile period
 
-    async def _finish_failed(self, obj: dict[str, Any], failures: list[str], result: dict[str, Any] | None) -> None:
+    async def _finish_failed(self, obj: dict[str, Any], failures: list[str], result: dict[str, Any] | None,
+                             generation: int | None = None) -> None:
         meta = obj["metadata"]
         if self.watch.manage_status:
             await self.kube.call(self.status.update, self.res, meta.get("namespace") or "", meta["name"],
                                  lambda c: status.done(c, False, result, failures),
-                                 observed_generation=meta.get("generation"))
+                                 observed_generation=generation if generation is not None else meta.get("generation"))
         await self._event(obj, "Warning", "ReconcileFailed", "\n".join(failures))
 
     def _log_result(self, request: RunRequest, result: RunResult, seconds: float, what: str) -> None:

@@ -1,0 +1,1 @@
+"""Benchmarks: figures printed, never asserted. `make bench` runs them (see README)."""

@@ -1,0 +1,199 @@
+"""Shared pieces of the benchmarks: a cluster, operator processes, status timing, process memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, watch
+
+from localcluster.build import binary
+from localcluster.cluster import LocalCluster
+from tests.kube import Kube, wait_for
+
+HERE = Path(__file__).resolve().parent
+GROUP, VERSION, PLURAL = "bench.playbook-operator.dev", "v1alpha1", "benches"
+
+
+def bench_cluster() -> Kube:
+    """KUBECONFIG's cluster when set, else the local control plane named "bench"."""
+    if os.environ.get("KUBECONFIG"):
+        return Kube(Path(os.environ["KUBECONFIG"]), "kubectl")
+    cluster = LocalCluster("bench")
+    cluster.up()
+    kube = Kube(cluster.paths.kubeconfig, str(binary("kubectl")))
+    kube.kubectl("apply", "-f", str(HERE / "crd.yaml"))
+    wait_for("benches served", lambda: kube.kubectl("get", f"{PLURAL}.{GROUP}", "-A", check=False).returncode == 0)
+    return kube
+
+
+def fresh_namespace(kube: Kube, prefix: str) -> str:
+    name = f"{prefix}-{int(time.time() * 1000) % 10_000_000}"
+    kube.core.create_namespace({"metadata": {"name": name}})
+    return name
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and all its descendants, in MB."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        stack.extend(children.get(p, []))
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+@dataclass
+class OperatorRun:
+    """One operator process (ours or the peer) watching one namespace."""
+
+    name: str
+    cmd: list[str]
+    env: dict[str, str]
+    cwd: Path
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="bench-op-", suffix=".log")[1]))
+
+    def start(self, ready_pattern: str | None = None, timeout: float = 120) -> OperatorRun:
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        if ready_pattern:
+            wait_for(f"{self.name} ready", lambda: ready_pattern in self.log_path.read_text(errors="replace"),
+                     timeout=timeout)
+        return self
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def rss_mb(self) -> float:
+        assert self.proc is not None
+        return tree_rss_mb(self.proc.pid)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(40)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+
+def ours(kube: Kube, namespace: str | None, watches: Path, *args: str, executor: str = "warm",
+         extra_env: dict[str, str] | None = None) -> OperatorRun:
+    env = kube.env()
+    env.pop("WATCH_NAMESPACE", None)
+    if namespace:
+        env["WATCH_NAMESPACE"] = namespace
+    env.update(extra_env or {})
+    cmd = [sys.executable, "-m", "runner", "run", "--watches-file", str(watches),
+           "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0",
+           "--artifacts-dir", tempfile.mkdtemp(prefix="bench-artifacts-"), "--executor", executor, *args]
+    return OperatorRun(f"playbook-operator ({executor})", cmd, env, watches.parent)
+
+
+class StatusTracker(threading.Thread):
+    """Watches Bench objects and records when each one's latest run result reached its status."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        super().__init__(daemon=True)
+        self.kube, self.namespace = kube, namespace
+        self.lock = threading.Condition()
+        self.completion: dict[str, tuple[str, float]] = {}  # name -> (ansibleResult.completion, seen at)
+        self._stop = False
+
+    def run(self) -> None:
+        w = watch.Watch()
+        rv = None
+        while not self._stop:
+            try:
+                for ev in w.stream(self.kube.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
+                                   PLURAL, resource_version=rv, timeout_seconds=60):
+                    obj = ev["object"]
+                    rv = obj["metadata"]["resourceVersion"]
+                    self._record(obj)
+                    if self._stop:
+                        return
+            except client.ApiException:
+                rv = None
+
+    def _record(self, obj: dict[str, Any]) -> None:
+        now = time.monotonic()
+        conds = (obj.get("status") or {}).get("conditions") or []
+        running = next((c for c in conds if c.get("type") == "Running"), None)
+        ok = any(c.get("type") == "Successful" and c.get("status") == "True" for c in conds)
+        if running and ok and running.get("reason") == "Successful" and running.get("ansibleResult"):
+            completion = str(running["ansibleResult"].get("completion"))
+            name = obj["metadata"]["name"]
+            with self.lock:
+                if self.completion.get(name, ("", 0))[0] != completion:
+                    self.completion[name] = (completion, now)
+                    self.lock.notify_all()
+
+    def wait_done(self, names: list[str], after: float, timeout: float = 600) -> float:
+        """Monotonic time by which every named object had a run result newer than ``after``."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while True:
+                times = [self.completion.get(n, ("", 0.0))[1] for n in names]
+                if all(t > after for t in times):
+                    return max(times)
+                if time.monotonic() > deadline:
+                    missing = [n for n, t in zip(names, times, strict=True) if t <= after]
+                    raise TimeoutError(f"{len(missing)} objects never finished: {missing[:5]}")
+                self.lock.wait(0.5)
+
+    def stop(self) -> None:
+        self._stop = True
+
+
+def create_benches(kube: Kube, namespace: str, names: list[str], value: str = "x") -> float:
+    t0 = time.monotonic()
+    for n in names:
+        kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Bench", "metadata": {"name": n}, "spec": {"value": value}})
+    return t0
+
+
+def patch_bench(kube: Kube, namespace: str, name: str, spec: dict[str, Any]) -> float:
+    t0 = time.monotonic()
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": spec})
+    return t0
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
