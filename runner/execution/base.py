@@ -30,6 +30,13 @@ class RunRequest:
     def artifact_dir(self) -> Path:
         return self.private_data_dir / "artifacts" / self.ident
 
+    def clear_inputs(self) -> None:
+        """ansible-runner writes env/envvars and env/extravars only when they do not exist yet, so the
+        previous run's (its kubeconfig token, its copy of the object) must go before this run starts.
+        They hold the whole object and a credential: they never outlive the run either."""
+        for name in ("envvars", "extravars", "settings", "cmdline"):
+            (self.private_data_dir / "env" / name).unlink(missing_ok=True)
+
     def prepare_dir(self) -> None:
         inv = self.private_data_dir / "inventory" / "hosts"
         if not inv.exists():
@@ -80,5 +87,4 @@ def prune_artifacts(request: RunRequest) -> None:
     excess = runs if request.keep_artifacts <= 0 else runs[: max(0, len(runs) - request.keep_artifacts)]
     for old in excess:
         shutil.rmtree(old, ignore_errors=True)
-    # The extra-vars hold the whole object; they are inputs of this run only, never kept on disk.
-    (request.private_data_dir / "env" / "extravars").unlink(missing_ok=True)
+    request.clear_inputs()

@@ -46,6 +46,7 @@ class ColdExecutor:
 
     def _run(self, request: RunRequest) -> RunResult:
         request.prepare_dir()
+        request.clear_inputs()
         envvars = {**self._base_env, **request.env}
         r = ansible_runner.run(
             private_data_dir=str(request.private_data_dir),

@@ -241,7 +241,7 @@ def test_artifacts_bounded_and_free_of_secrets(kube: Kube, namespace: str, widge
     obj_dir = next(op.artifacts.glob("test.playbook-operator.dev/v1alpha1/Widget/*/s"))
     runs = [p for p in (obj_dir / "artifacts").iterdir() if p.is_dir()]
     assert len(runs) == 2
-    assert not (obj_dir / "env" / "extravars").exists()
+    assert not (obj_dir / "env" / "extravars").exists() and not (obj_dir / "env" / "envvars").exists()
     assert (runs[0] / "job_events").is_dir() and (runs[0] / "stdout").exists()
     leaked = subprocess.run(["grep", "-rl", "hunter2-do-not-log", str(op.artifacts)], capture_output=True, text=True)
     assert leaked.stdout == ""
