@@ -285,3 +285,15 @@ def test_invalid_watches_file_stops_start_up(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 2
     assert f"{bad}: entry 1 (g.example.com/v1, Kind=K): field 'role': role 'nosuchrole' not found" in proc.stderr
+
+
+def test_ansible_args_and_verbosity_annotation(kube: Kube, namespace: str, widgets: Widgets, start_operator) -> None:
+    op = start_operator([widget_watch()], "--ansible-args", "--skip-tags events", "--ansible-verbosity", "0")
+    widgets.create("quiet", {"emitEvent": "Skipped"}, annotations={"ansible.sdk.operatorframework.io/verbosity": "3"})
+    widgets.wait_successful("quiet")
+    events = [e for e in kube.core.list_namespaced_event(namespace).items if e.reason == "Skipped"]
+    assert events == []  # the tagged task was skipped by --ansible-args
+    run_dir = next(op.artifacts.glob("test.playbook-operator.dev/v1alpha1/Widget/*/quiet/artifacts/*"))
+    command = json.loads((run_dir / "command").read_text())["command"]
+    assert "-vvv" in command and "--skip-tags" in command  # the annotation beats --ansible-verbosity
+    assert "<localhost> EXEC" in (run_dir / "stdout").read_text()  # what -vvv prints
