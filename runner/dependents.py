@@ -67,6 +67,7 @@ class DependentWatcher:
         self.owners = {(w.gvk.group, w.gvk.kind): w for w in watches}
         self.kinds: dict[GVK, DependentKind] = {}
         self._stopping = False
+        self._background: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ registration
     def wants(self, owner_watch: Watch, gvk: GVK, namespaced: bool) -> bool:
@@ -229,9 +230,24 @@ class DependentWatcher:
         kind.owned[uid] = now
         if etype == "ADDED" or before is None:
             return  # creations do not requeue (the owner's run made it, or will see it)
-        if now.resource_version in self.own_writes:
-            return  # the role's own write, during its run
-        if self._changed(before, now):
+        if now.resource_version in self.own_writes or not self._changed(before, now):
+            return  # the role's own write, during its run; or nothing that matters changed
+        key = (kind.gvk.group, kind.plural, meta.get("namespace") or "", meta.get("name", ""))
+        if self.own_writes.pending(key):
+            # The role is writing this object right now: decide once that write's response is in.
+            task = asyncio.create_task(self._after_write(kind, meta, owners, key, now.resource_version))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            return
+        self._trigger(kind, meta, owners, "changed")
+
+    async def _after_write(self, kind: DependentKind, meta: dict[str, Any], owners: list[tuple[GVK, Key]],
+                           key: tuple[str, str, str, str], rv: str) -> None:
+        try:
+            await self.own_writes.settled(key)
+        except TimeoutError:
+            pass
+        if rv not in self.own_writes:
             self._trigger(kind, meta, owners, "changed")
 
 

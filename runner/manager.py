@@ -102,9 +102,10 @@ class ProxyEnvironment:
     def __init__(self, proxy: OwnerProxy) -> None:
         self.proxy = proxy
 
-    def env_for(self, watch: Watch, obj: dict[str, Any]) -> tuple[dict[str, str], Callable[[], None]]:
+    def env_for(self, watch: Watch, obj: dict[str, Any], finalizer_run: bool) -> tuple[dict[str, str], Callable[[], None]]:
         meta = obj["metadata"]
-        owner = Owner(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace") or "", meta["uid"], watch.gvk)
+        owner = Owner(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace") or "", meta["uid"], watch.gvk,
+                      inject=not finalizer_run)
         token, path = self.proxy.kubeconfig_for(owner)
         return {"K8S_AUTH_KUBECONFIG": str(path), "KUBECONFIG": str(path)}, lambda: self.proxy.release(token)
 

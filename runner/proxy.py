@@ -15,6 +15,7 @@ credentials, and on the way:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -42,6 +43,8 @@ HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authoriza
               # aiohttp decompresses upstream bodies itself; pass them on as plain bytes
               "accept-encoding", "content-encoding"}
 NAMESPACE_SUBRESOURCES = {"status", "finalize"}
+# Events are records about objects, not parts of them: never owned, never watched as dependents.
+NOT_DEPENDENTS = {("", "events"), ("events.k8s.io", "events")}
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class Owner:
     namespace: str  # "" when cluster-scoped
     uid: str
     gvk: GVK
+    inject: bool = True  # False for finalizer runs: what they create must outlive the owner
 
     @property
     def reference(self) -> dict[str, Any]:
@@ -116,12 +120,18 @@ class ResourceIndex:
         return self._cache[key].get(plural)
 
 
+ObjectKey = tuple[str, str, str, str]  # (group, plural, namespace, name)
+
+
 class OwnWrites:
-    """A bounded memory of resourceVersions produced by the roles' own writes."""
+    """A bounded memory of resourceVersions produced by the roles' own writes, and of writes in flight:
+    a watch event can arrive before the response of the write that caused it has been read."""
 
     def __init__(self, size: int = 20000) -> None:
         self._rvs: OrderedDict[str, None] = OrderedDict()
         self.size = size
+        self._in_flight: dict[ObjectKey, int] = {}
+        self._settled = asyncio.Condition()
 
     def add(self, rv: str) -> None:
         self._rvs[rv] = None
@@ -130,6 +140,25 @@ class OwnWrites:
 
     def __contains__(self, rv: object) -> bool:
         return rv in self._rvs
+
+    def begin(self, key: ObjectKey) -> None:
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+
+    async def end(self, key: ObjectKey) -> None:
+        left = self._in_flight.get(key, 1) - 1
+        if left:
+            self._in_flight[key] = left
+        else:
+            self._in_flight.pop(key, None)
+        async with self._settled:
+            self._settled.notify_all()
+
+    def pending(self, key: ObjectKey) -> bool:
+        return key in self._in_flight
+
+    async def settled(self, key: ObjectKey, timeout: float = 10.0) -> None:
+        async with self._settled:
+            await asyncio.wait_for(self._settled.wait_for(lambda: key not in self._in_flight), timeout)
 
 
 class OwnerProxy:
@@ -204,14 +233,27 @@ class OwnerProxy:
         body = await request.read() if request.can_read_body else None
         info = parse_path(request.path)
         target: tuple[str, bool] | None = None
-        if info is not None and info.subresource is None:
+        if info is not None and info.subresource is None and (info.group, info.resource) not in NOT_DEPENDENTS:
             try:
                 target = await self.index.lookup(info.group, info.version, info.resource)
             except Exception as exc:
                 log.debug("discovery for %s failed: %s", request.path, exc)
-        if body and self.inject and info is not None and target is not None and request.method in ("POST", "PUT", "PATCH"):
+        if body and self.inject and owner.inject and info is not None and target is not None \
+                and request.method in ("POST", "PUT", "PATCH"):
             body = self._inject(request, info, target, owner, body)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        write_key = None
+        if info is not None and info.name and request.method in ("PUT", "PATCH", "DELETE"):
+            write_key = (info.group, info.resource, info.namespace or "", info.name)
+            self.own_writes.begin(write_key)
+        try:
+            return await self._forward(request, info, target, owner, headers, body)
+        finally:
+            if write_key is not None:
+                await self.own_writes.end(write_key)
+
+    async def _forward(self, request: web.Request, info: RequestInfo | None, target: tuple[str, bool] | None,
+                       owner: Owner, headers: dict[str, str], body: bytes | None) -> web.StreamResponse:
         async with self.api.request(request.method, request.path_qs, headers=headers, data=body) as upstream:
             resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for k, v in upstream.headers.items():

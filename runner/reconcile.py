@@ -50,7 +50,7 @@ class RunEnvironment(Protocol):
     """Per-run environment for Ansible: a kubeconfig that tells the API proxy which object the run is for.
     Returns the environment and what to call when the run is over."""
 
-    def env_for(self, watch: Watch, obj: dict[str, Any]) -> tuple[dict[str, str], Callable[[], None]]: ...
+    def env_for(self, watch: Watch, obj: dict[str, Any], finalizer_run: bool) -> tuple[dict[str, str], Callable[[], None]]: ...
 
 
 @dataclass
@@ -194,7 +194,7 @@ class Reconciler:
 
         finalizer_run = deleting
         playbook = self.playbooks["finalizer" if finalizer_run and "finalizer" in self.playbooks else "main"]
-        run_env, release = self.run_env.env_for(watch, obj)
+        run_env, release = self.run_env.env_for(watch, obj, finalizer_run)
         request = RunRequest(
             ident=_ident(),
             private_data_dir=self.private_dir(ns, name),
