@@ -82,7 +82,7 @@ def test_standby_replaces_a_killed_leader_within_the_lease(kube: Kube, namespace
     widgets.create("orphan", {"message": "created while nobody leads"})
     b.wait_for_log("became the leader", timeout=20)
     failover = time.monotonic() - t0
-    assert failover <= 6 + 2, f"took {failover:.1f}s, lease duration is 6s (+ one retry period)"
+    assert failover <= 6 + 3, f"took {failover:.1f}s, lease duration is 6s (+ retry period and slack)"
     widgets.wait_successful("orphan")
     assert_never_both(a, b)
 
