@@ -37,7 +37,8 @@ cluster-down: venv ## stop the local control plane
 
 .PHONY: install
 install: cluster ## install the CRDs into the cluster
-	@$(LOCAL_KUBE) kubectl apply -k deploy/crd
+	@$(LOCAL_KUBE) kubectl apply -k deploy/crd && \
+	  kubectl wait --for=condition=Established --timeout=60s crd/sampledbs.sampledb.example.com crd/sampledbbackups.sampledb.example.com
 
 .PHONY: uninstall
 uninstall: venv ## remove the CRDs (and every SampleDB) from the cluster
