@@ -197,3 +197,43 @@ def pct(values: list[float], p: float) -> float:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+PEER_VERSION = "v1.42.3"
+PEER_PREFIX = Path(os.environ.get("PEER_PREFIX", Path.home() / ".cache" / "peers" / f"ansible-operator-{PEER_VERSION}"))
+PEER_BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "shared" / "peers" / "build-ansible-operator.sh"
+
+
+def build_peer() -> Path:
+    """The Go ansible-operator and its Python environment, built once from ../shared/peers."""
+    if not (PEER_PREFIX / "bin" / "ansible-operator").exists():
+        if not PEER_BUILD_SCRIPT.exists():
+            raise SystemExit(f"the peer is not built and {PEER_BUILD_SCRIPT} is missing")
+        subprocess.run(["bash", str(PEER_BUILD_SCRIPT), str(PEER_PREFIX)], check=True)
+    return PEER_PREFIX
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def peer(kube: Kube, namespace: str | None, watches: Path, *args: str) -> OperatorRun:
+    prefix = build_peer()
+    env = kube.env()
+    env.pop("WATCH_NAMESPACE", None)
+    if namespace:
+        env["WATCH_NAMESPACE"] = namespace
+    site = next((prefix / "venv" / "lib").glob("python3*/site-packages"))
+    env.update({"PATH": f"{prefix / 'venv' / 'bin'}:{env['PATH']}", "ANSIBLE_COLLECTIONS_PATH": str(site),
+                "ANSIBLE_GATHERING": "explicit", "HOME": env.get("HOME", "/root")})
+    cmd = [str(prefix / "bin" / "ansible-operator"), "run", "--watches-file", str(watches),
+           "--health-probe-bind-address", f"127.0.0.1:{_free_port()}", "--metrics-bind-address", "0", *args]
+    return OperatorRun(f"Go ansible-operator {PEER_VERSION}", cmd, env, watches.parent)
+
+
+PEER_READY = "Starting workers"
+OURS_READY = "operator ready"
