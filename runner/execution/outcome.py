@@ -33,6 +33,16 @@ def _count(stats: dict[str, Any], key: str) -> int:
     return int(value.get(HOST, 0)) if isinstance(value, dict) else 0
 
 
+def _messages(res: dict[str, Any]) -> list[str]:
+    """The task's msg; for a loop, the failed items' own messages rather than "One or more items failed"."""
+    items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+    msgs = [r["msg"] for r in items if isinstance(r.get("msg"), str) and r["msg"]]
+    if msgs:
+        return list(dict.fromkeys(msgs))
+    msg = res.get("msg")
+    return [msg if isinstance(msg, str) and msg else UNKNOWN_FAILURE]
+
+
 def interpret(events: list[dict[str, Any]], rc: int, status: str) -> Outcome:
     failures: list[str] = []
     failed_task = None
@@ -52,8 +62,7 @@ def interpret(events: list[dict[str, Any]], rc: int, status: str) -> Outcome:
         elif name == "runner_on_ok" and action in METRIC_ACTIONS and isinstance(res.get("osdk_metric"), dict):
             metrics.append(res["osdk_metric"])
         elif name in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
-            msg = res.get("msg")
-            failures.append(msg if isinstance(msg, str) and msg else UNKNOWN_FAILURE)
+            failures.extend(_messages(res))
             failed_task = failed_task or data.get("task")
         elif name == "playbook_on_stats":
             stats = ev

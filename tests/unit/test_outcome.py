@@ -48,3 +48,12 @@ def test_requeue_after_and_metrics() -> None:
     ]
     out = interpret(events, 0, "successful")
     assert out.requeue_after == 90 and out.metrics == [{"name": "m", "counter": {"increment": True}}]
+
+
+def test_loop_failures_report_the_items_messages() -> None:
+    loop = {"event": "runner_on_failed", "event_data": {"task": "t", "res": {
+        "msg": "One or more items failed", "results": [
+            {"failed": True, "msg": "pod a: invalid label"}, {"failed": False, "msg": "ok"},
+            {"failed": True, "msg": "pod c: invalid label"}]}}}
+    out = interpret([loop, stats(failures=1)], 2, "failed")
+    assert out.failures == ["pod a: invalid label", "pod c: invalid label"]

@@ -140,7 +140,10 @@ def merge_conditions(old, new):
 def contains(old, new, replace_lists, key=None):
     """Whether ``old`` already holds everything ``new`` asks for."""
     if isinstance(new, dict):
-        return isinstance(old, dict) and all(k in old and contains(old[k], v, replace_lists, k) for k, v in new.items())
+        # a key set to null removes it (merge patch): already absent means nothing to do
+        return isinstance(old, dict) and all(
+            (k in old and contains(old[k], v, replace_lists, k)) or (v is None and old.get(k) is None)
+            for k, v in new.items())
     if isinstance(new, list):
         if not isinstance(old, list):
             return False
