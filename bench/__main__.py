@@ -75,22 +75,22 @@ def write_table(name: str, columns: list[str], rows: list[list[str]]) -> None:
     (RESULTS / f"{dt.date.today().isoformat()}-{name}.md").write_text(text)
 
 
-def measure_latency(kube: Kube, impl: Impl, noops: int = 20) -> dict[str, float]:
+def measure_latency(kube: Kube, impl: Impl, noops: int = 20, creates: int = 5) -> dict[str, float]:
     _, factory, ready = impl
     ns = fresh_namespace(kube, "bench-lat")
     op = factory(kube, ns).start(ready)
     tracker = StatusTracker(kube, ns)
     tracker.start()
     try:
-        creates = []
-        for i in range(5):
+        created = []
+        for i in range(creates):
             t0 = create_benches(kube, ns, [f"c{i}"])
-            creates.append(tracker.wait_done([f"c{i}"], t0) - t0)
+            created.append(tracker.wait_done([f"c{i}"], t0) - t0)
         noop = []
         for i in range(noops):
             t0 = patch_bench(kube, ns, "c0", {"ignored": i})
             noop.append(tracker.wait_done(["c0"], t0) - t0)
-        return {"create → Successful, 1 CR (median of 5) [s]": median(creates),
+        return {f"create → Successful, 1 CR (median of {creates}) [s]": median(created),
                 f"no-op run p50 ({noops} spec changes) [s]": median(noop),
                 f"no-op run p95 ({noops} spec changes) [s]": pct(noop, 95)}
     finally:

@@ -25,13 +25,16 @@ GROUP, VERSION, PLURAL = "bench.playbook-operator.dev", "v1alpha1", "benches"
 
 
 def bench_cluster() -> Kube:
-    """KUBECONFIG's cluster when set, else the local control plane named "bench"."""
+    """KUBECONFIG's cluster when set, else the local control plane named "bench"; with the Bench CRD."""
     if os.environ.get("KUBECONFIG"):
-        return Kube(Path(os.environ["KUBECONFIG"]), "kubectl")
-    cluster = LocalCluster("bench")
-    cluster.up()
-    kube = Kube(cluster.paths.kubeconfig, str(binary("kubectl")))
-    kube.kubectl("apply", "-f", str(HERE / "crd.yaml"))
+        import shutil
+
+        kube = Kube(Path(os.environ["KUBECONFIG"].split(os.pathsep)[0]), shutil.which("kubectl") or "kubectl")
+    else:
+        cluster = LocalCluster("bench")
+        cluster.up()
+        kube = Kube(cluster.paths.kubeconfig, str(binary("kubectl")))
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(HERE / "crd.yaml"))
     wait_for("benches served", lambda: kube.kubectl("get", f"{PLURAL}.{GROUP}", "-A", check=False).returncode == 0)
     return kube
 
