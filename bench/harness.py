@@ -118,6 +118,7 @@ def ours(kube: Kube, namespace: str | None, watches: Path, *args: str, executor:
     if namespace:
         env["WATCH_NAMESPACE"] = namespace
     env.update(extra_env or {})
+    env.setdefault("BENCH_RECONCILE_PERIOD", "10h")  # bench/watches.yaml: ${BENCH_RECONCILE_PERIOD}
     cmd = [sys.executable, "-m", "runner", "run", "--watches-file", str(watches),
            "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0",
            "--artifacts-dir", tempfile.mkdtemp(prefix="bench-artifacts-"), "--executor", executor, *args]
@@ -231,6 +232,7 @@ def peer(kube: Kube, namespace: str | None, watches: Path, *args: str) -> Operat
     if namespace:
         env["WATCH_NAMESPACE"] = namespace
     site = next((prefix / "venv" / "lib").glob("python3*/site-packages"))
+    env.setdefault("BENCH_RECONCILE_PERIOD", "10h")
     env.update({"PATH": f"{prefix / 'venv' / 'bin'}:{env['PATH']}", "ANSIBLE_COLLECTIONS_PATH": str(site),
                 "ANSIBLE_GATHERING": "explicit", "HOME": env.get("HOME", "/root")})
     cmd = [str(prefix / "bin" / "ansible-operator"), "run", "--watches-file", str(watches),
