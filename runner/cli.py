@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -72,35 +73,16 @@ def run_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    namespaces = tuple(n.strip() for n in os.environ.get("WATCH_NAMESPACE", "").split(",") if n.strip())
-    return RunConfig(
+    """Flags (named as RunConfig's fields) plus the environment, in one RunConfig."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig) if hasattr(args, f.name)}
+    values.update(
         watches_file=Path(args.watches_file),
-        inject_owner_ref=args.inject_owner_ref,
-        ansible_verbosity=args.ansible_verbosity,
-        ansible_roles_path=args.ansible_roles_path,
-        ansible_collections_path=args.ansible_collections_path,
-        ansible_args=args.ansible_args,
-        reconcile_period=args.reconcile_period,
-        max_concurrent_reconciles=args.max_concurrent_reconciles or os.cpu_count() or 1,
-        max_concurrent_runs=args.max_concurrent_runs,
-        metrics_bind_address=args.metrics_bind_address,
-        health_probe_bind_address=args.health_probe_bind_address,
-        leader_elect=args.leader_elect,
-        leader_election_id=args.leader_election_id,
-        leader_election_namespace=args.leader_election_namespace,
-        lease_duration=args.lease_duration,
-        renew_deadline=args.renew_deadline,
-        retry_period=args.retry_period,
-        graceful_shutdown_timeout=args.graceful_shutdown_timeout,
-        ansible_log_events=args.ansible_log_events,
-        log_level=args.log_level,
-        log_format="text" if args.log_format == "console" else args.log_format,
-        watch_namespaces=namespaces,
         artifacts_dir=Path(args.artifacts_dir),
-        executor=args.executor,
-        retry_backoff_base=args.retry_backoff_base,
-        retry_backoff_max=args.retry_backoff_max,
+        max_concurrent_reconciles=args.max_concurrent_reconciles or os.cpu_count() or 1,
+        log_format="text" if args.log_format == "console" else args.log_format,
+        watch_namespaces=tuple(n.strip() for n in os.environ.get("WATCH_NAMESPACE", "").split(",") if n.strip()),
     )
+    return RunConfig(**values)
 
 
 def run(argv: list[str]) -> int:

@@ -39,6 +39,15 @@ def run_intervals(op: OperatorProcess) -> list[tuple[float, float]]:
     return spans
 
 
+def leader_and_standby(start_operator, namespace: str) -> tuple[OperatorProcess, OperatorProcess]:
+    """Two operators on one Lease: "a" leads, "b" waits."""
+    lock = f"lock-{uuid.uuid4().hex[:6]}"
+    a = start_operator([widget_watch()], *ha_args(namespace, lock), name="a")
+    b = start_operator([widget_watch()], *ha_args(namespace, lock), name="b", wait=False)
+    b.wait_for_log("waiting to become the leader")
+    return a, b
+
+
 def assert_never_both(a: OperatorProcess, b: OperatorProcess) -> None:
     for s1, e1 in run_intervals(a):
         for s2, e2 in run_intervals(b):
@@ -47,10 +56,7 @@ def assert_never_both(a: OperatorProcess, b: OperatorProcess) -> None:
 
 def test_standby_takes_over_at_once_after_sigterm(kube: Kube, namespace: str, widgets: Widgets,
                                                   start_operator) -> None:
-    lock = f"lock-{uuid.uuid4().hex[:6]}"
-    a = start_operator([widget_watch()], *ha_args(namespace, lock), name="a")
-    b = start_operator([widget_watch()], *ha_args(namespace, lock), name="b", wait=False)
-    b.wait_for_log("waiting to become the leader")
+    a, b = leader_and_standby(start_operator, namespace)
     time.sleep(1)
     assert a.http_get("/readyz")[0] == 200
     assert b.http_get("/healthz") == (200, "ok") and b.http_get("/readyz")[0] == 503
@@ -73,10 +79,7 @@ def test_standby_takes_over_at_once_after_sigterm(kube: Kube, namespace: str, wi
 
 def test_standby_replaces_a_killed_leader_within_the_lease(kube: Kube, namespace: str, widgets: Widgets,
                                                            start_operator) -> None:
-    lock = f"lock-{uuid.uuid4().hex[:6]}"
-    a = start_operator([widget_watch()], *ha_args(namespace, lock), name="a")
-    b = start_operator([widget_watch()], *ha_args(namespace, lock), name="b", wait=False)
-    b.wait_for_log("waiting to become the leader")
+    a, b = leader_and_standby(start_operator, namespace)
     a.kill_group()  # SIGKILL: no chance to release the Lease
     t0 = time.monotonic()
     widgets.create("orphan", {"message": "created while nobody leads"})
@@ -89,10 +92,7 @@ def test_standby_replaces_a_killed_leader_within_the_lease(kube: Kube, namespace
 
 def test_a_leader_that_cannot_renew_stops_before_its_lease_can_be_taken(kube: Kube, namespace: str, widgets: Widgets,
                                                                        start_operator) -> None:
-    lock = f"lock-{uuid.uuid4().hex[:6]}"
-    a = start_operator([widget_watch()], *ha_args(namespace, lock), name="a")
-    b = start_operator([widget_watch()], *ha_args(namespace, lock), name="b", wait=False)
-    b.wait_for_log("waiting to become the leader")
+    a, b = leader_and_standby(start_operator, namespace)
     widgets.create("first", {})
     widgets.wait_successful("first")
     assert a.proc is not None
