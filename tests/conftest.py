@@ -50,9 +50,9 @@ def _wants_cluster(config: pytest.Config) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Everything outside tests/unit talks to a real cluster.
+    # tests/integration talks to a real cluster (unit tests use fakes; script tests use real PostgreSQL).
     for item in items:
-        if "/tests/unit/" not in str(item.path):
+        if "/tests/integration/" in str(item.path):
             item.add_marker(pytest.mark.cluster)
 
 

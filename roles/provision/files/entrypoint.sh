@@ -25,8 +25,8 @@ fi
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
   if [ "$(role)" = "primary" ]; then
     initdb --username="$POSTGRES_USER" --pwfile=<(printf '%s' "$POSTGRES_PASSWORD") --auth=scram-sha-256 -D "$PGDATA"
-    pg_ctl -D "$PGDATA" -w -o "-c listen_addresses=''" start
-    psql -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres \
+    pg_ctl -D "$PGDATA" -w -o "-c config_file=$CONF/postgresql.conf -c hba_file=$CONF/pg_hba.conf -c listen_addresses=''" start
+    PGPASSWORD="$POSTGRES_PASSWORD" psql -X -w -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres \
       -c "CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD '${REPLICATION_PASSWORD//\'/\'\'}'"
     pg_ctl -D "$PGDATA" -w stop
   else

@@ -16,7 +16,9 @@ case "$cmd" in
     : "${PGDATA:?}" "${POSTGRES_USER:=postgres}"
     initdb --username="$POSTGRES_USER" --pwfile=<(printf '%s' "${POSTGRES_PASSWORD:?}") --auth=scram-sha-256 -D "$PGDATA"
     pg_ctl -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=${SOCKET_DIR:-/tmp}" start
-    gunzip -c "$file" | psql -q -h "${SOCKET_DIR:-/tmp}" -U "$POSTGRES_USER" -d postgres >/dev/null
+    # -w: never prompt (a prompt would hang a Job); the superuser's password authenticates the socket.
+    gunzip -c "$file" | PGPASSWORD="$POSTGRES_PASSWORD" psql -X -w -q -h "${SOCKET_DIR:-/tmp}" -U "$POSTGRES_USER" \
+      -d postgres >/dev/null
     pg_ctl -D "$PGDATA" -w stop
     echo "migrated $file into $(cat "$PGDATA/PG_VERSION")"
     ;;
