@@ -37,7 +37,10 @@ def pg_user() -> str:
     try:
         pwd.getpwnam(USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
+        # another xdist worker may be creating it at the same moment: only its absence afterwards is an error
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+                       capture_output=True, check=False)
+        pwd.getpwnam(USER)
     return USER
 
 
