@@ -235,10 +235,13 @@ def test_entrypoint_replica_streams_and_promotes_when_relabelled(tmp_path: Path,
         return s, labels, proc
 
     def wait_ready(s: Server, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while s.run("pg_isready", "-q", check=False).returncode != 0:
+        # Over the socket, the entrypoint's short-lived bootstrap server also answers (the pods' probe uses
+        # TCP, which that one does not listen on): wait until a query works twice, a second apart.
+        deadline, ok = time.monotonic() + timeout, 0
+        while ok < 2:
             assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.3)
+            ok = ok + 1 if s.run("psql", "-XAtq", "-d", "postgres", "-c", "SELECT 1", check=False).returncode == 0 else 0
+            time.sleep(1 if ok else 0.3)
 
     try:
         primary, _, _ = server("primary", "primary", None)
