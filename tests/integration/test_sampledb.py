@@ -1,0 +1,137 @@
+"""The SampleDB operator (this repository's watches.yaml, playbook and roles) on the real cluster."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.kube import Kube, wait_for
+from tests.operator import OperatorProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUP, VERSION, PLURAL = "sampledb.example.com", "v1alpha1", "sampledbs"
+# kwok's stage delays, shortened for the database pods and Jobs
+FAST_PODS = {f"{stage}.stage.kwok.x-k8s.io/{k}": "0s" for stage in ("pod-create", "pod-ready", "pod-complete")
+             for k in ("delay", "jitter-delay")}
+
+
+@pytest.fixture(scope="module")
+def sampledb_crds(kube: Kube) -> None:
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "crd"))
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/sampledbs.sampledb.example.com",
+                 "crd/sampledbbackups.sampledb.example.com")
+
+
+@pytest.fixture
+def sampledb_operator(kube: Kube, namespace: str, sampledb_crds: None, tmp_path: Path) -> Iterator[OperatorProcess]:
+    watches = yaml.safe_load((ROOT / "watches.yaml").read_text())
+    for w in watches:
+        if w.get("playbook"):
+            w["playbook"] = str(ROOT / w["playbook"])
+        if w["kind"] == "SampleDB":
+            w["vars"] = {**w.get("vars", {}), "failover_grace_seconds": 0, "pod_extra_annotations": FAST_PODS,
+                         "progress_requeue": "1s", "health_requeue": "1s"}
+    op = OperatorProcess(kube, namespace, tmp_path, watches, ["--ansible-roles-path", str(ROOT / "roles")])
+    op.start()
+    yield op
+    op.stop()
+
+
+def sample(name: str = "inventory", **spec: object) -> dict:
+    doc = yaml.safe_load((ROOT / "deploy" / "samples" / "sampledb.yaml").read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"].update(spec)
+    return doc
+
+
+def get(kube: Kube, namespace: str, name: str) -> dict:
+    return kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+
+def roles(kube: Kube, namespace: str, name: str) -> dict[str, str]:
+    """Each server pod (not the Jobs') and its sampledb.example.com/role label."""
+    pods = kube.core.list_namespaced_pod(
+        namespace, label_selector=f"app.kubernetes.io/instance={name},statefulset.kubernetes.io/pod-name").items
+    return {p.metadata.name: (p.metadata.labels or {}).get("sampledb.example.com/role", "") for p in pods}
+
+
+def test_sample_provisions_to_ready_with_exactly_one_primary(kube: Kube, namespace: str,
+                                                             sampledb_operator: OperatorProcess) -> None:
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample())
+    db = wait_for("the SampleDB to be Ready", lambda: (
+        d := get(kube, namespace, "inventory")).get("status", {}).get("phase") == "Ready"
+        and d["status"].get("currentPrimary") and d, timeout=120)
+    st = db["status"]
+    assert st["version"] == "15.8" and st["readyReplicas"] == 3 and st["readyReplicasText"] == "3/3"
+    primary = st["currentPrimary"]
+    server_roles = roles(kube, namespace, "inventory")
+    assert sorted(server_roles.values()) == ["primary", "replica", "replica"]
+    assert server_roles[primary] == "primary"
+    lease = kube.kubectl("-n", namespace, "get", "lease", "inventory-primary", "-o", "json")
+    assert json.loads(lease.stdout)["spec"]["holderIdentity"] == primary
+    svc = kube.core.read_namespaced_service("inventory-primary", namespace)
+    assert svc.spec.selector["sampledb.example.com/role"] == "primary"
+    # what `kubectl get sdb` shows
+    table = kube.kubectl("-n", namespace, "get", "sdb", "inventory").stdout
+    assert "Ready" in table and "15.8" in table and "3/3" in table and primary in table
+
+    # the credentials are generated once and never rewritten; a parameter edit rolls the servers
+    secret_rv = kube.core.read_namespaced_secret("inventory-credentials", namespace).metadata.resource_version
+    sts_before = kube.apps.read_namespaced_stateful_set("inventory", namespace)
+    hash_before = sts_before.spec.template.metadata.annotations["sampledb.example.com/config-hash"]
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "inventory",
+                                               {"spec": {"parameters": {"max_connections": "300"}}})
+    wait_for("the new postgresql.conf", lambda: "max_connections = '300'" in kube.core.read_namespaced_config_map(
+        "inventory-config", namespace).data["postgresql.conf"], timeout=60)
+    wait_for("the servers to roll", lambda: kube.apps.read_namespaced_stateful_set("inventory", namespace)
+             .spec.template.metadata.annotations["sampledb.example.com/config-hash"] != hash_before, timeout=60)
+    assert kube.core.read_namespaced_secret("inventory-credentials", namespace).metadata.resource_version == secret_rv
+    assert "superuser-password" not in sampledb_operator.logs()
+
+
+def test_failover_when_the_primary_goes(kube: Kube, namespace: str, sampledb_operator: OperatorProcess) -> None:
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("ha"))
+    db = wait_for("Ready", lambda: (d := get(kube, namespace, "ha")).get("status", {}).get("phase") == "Ready"
+                  and d["status"].get("currentPrimary") and d, timeout=120)
+    old = db["status"]["currentPrimary"]
+    # The primary's pod is being deleted (a drain, an eviction) and takes its time to go (kwok's deletion
+    # stage is told to wait): it is no longer Ready, so a Ready replica takes over at once (grace 0 here).
+    kube.core.patch_namespaced_pod(old, namespace, {"metadata": {"annotations": {
+        "pod-delete.stage.kwok.x-k8s.io/delay": "60s"}}})
+    kube.core.delete_namespaced_pod(old, namespace)
+    new = wait_for("a new primary", lambda: (p := get(kube, namespace, "ha")["status"].get("currentPrimary"))
+                   != old and p, timeout=60)
+    wait_for("exactly one pod labelled primary, the new one", lambda: [
+        k for k, v in roles(kube, namespace, "ha").items() if v == "primary"] == [new], timeout=30)
+    events = [e for e in kube.core.list_namespaced_event(namespace).items if e.reason == "FailedOver"]
+    assert events and new in events[0].message
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"version": "15.8", "replicas": 12}, "spec.replicas: Invalid value: 12"),
+    ({"version": "fifteen"}, "spec.version: Invalid value: \"fifteen\""),
+    ({"version": "15.8", "deletionPolicy": "Maybe"}, 'spec.deletionPolicy: Unsupported value: "Maybe"'),
+    ({"version": "15.8", "parameters": {"port": "5433"}}, "are managed by the operator"),
+])
+def test_a_bad_sampledb_is_refused_naming_the_field(kube: Kube, namespace: str, sampledb_crds: None,
+                                                    spec: dict, message: str) -> None:
+    doc = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SampleDB", "metadata": {"name": "bad"}, "spec": spec}
+    proc = kube.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(doc), check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_version_rules_on_update(kube: Kube, namespace: str, sampledb_crds: None) -> None:
+    def apply(spec: dict) -> str:
+        doc = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SampleDB", "metadata": {"name": "v"}, "spec": spec}
+        return kube.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(doc), check=False).stderr
+
+    assert apply({"version": "15.8"}) == ""
+    assert "version cannot go down" in apply({"version": "15.4"})
+    assert "a major version upgrade needs spec.upgrade.allowMajor: true" in apply({"version": "16.1"})
+    assert apply({"version": "16.1", "upgrade": {"allowMajor": True}}) == ""
+    assert "restoreFrom is immutable" in apply({"version": "16.1", "upgrade": {"allowMajor": True},
+                                                "restoreFrom": {"backup": "b"}})
