@@ -112,9 +112,6 @@ class Kube:
         self._resources[gvk] = res
         return res
 
-    def forget_discovery(self, gvk: GVK) -> None:
-        self._resources.pop(gvk, None)
-
     def get(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
         return self.request("GET", res.path(namespace, name))
 

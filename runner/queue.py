@@ -121,9 +121,6 @@ class WorkQueue:
                 pass
         self._report_depth()
 
-    def has_pending_delay(self, key: Key) -> bool:
-        return key in self._delayed
-
     @property
     def depth(self) -> int:
         return len(self._order)

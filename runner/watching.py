@@ -62,12 +62,6 @@ class ObjectStore:
             pass
         self._objects[key] = obj
 
-    def keys(self) -> list[Key]:
-        return list(self._objects)
-
-    def __len__(self) -> int:
-        return len(self._objects)
-
     def apply(self, event_type: str | None, obj: dict[str, Any]) -> tuple[Key, str | None]:
         """Records the event; returns the key and what to do: "enqueue", "forget" or None."""
         meta = obj.get("metadata", {})

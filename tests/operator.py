@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,7 +172,3 @@ class Widgets:
 
     def wait_successful(self, name: str, generation: int | None = None, timeout: float = 60) -> dict[str, Any]:
         return self.wait_condition(name, "Successful", "True", timeout, generation)
-
-
-def wait_seconds(seconds: float) -> None:
-    time.sleep(seconds)
