@@ -121,10 +121,6 @@ class WorkQueue:
                 pass
         self._report_depth()
 
-    @property
-    def depth(self) -> int:
-        return len(self._order)
-
     def _report_depth(self) -> None:
         metrics.QUEUE_DEPTH.labels(self.name).set(len(self._order))
 
