@@ -141,10 +141,15 @@ class Reconciler:
             return None
 
     # ------------------------------------------------------------------ the reconcile
+    def _gone(self, key: Key) -> Outcome:
+        """The object is gone (or going, with nothing left for us to do): so are its runner directories."""
+        shutil.rmtree(self.private_dir(*key), ignore_errors=True)
+        return Outcome(forget=True)
+
     async def __call__(self, key: Key, reasons: frozenset[str]) -> Outcome:
         obj = self.source.latest(key)
         if obj is None:
-            return Outcome(forget=True)
+            return self._gone(key)
         if not hasattr(self, "res"):
             self.res = await self.kube.call(self._resource.get)
         started = time.monotonic()
@@ -164,7 +169,7 @@ class Reconciler:
                 count = await self.kube.call(self.cleanup.cleanup, obj, watch.gvk)
                 log.info("deleted %d annotation-linked dependent(s) of %s %s/%s", count, self.kind, ns, name)
                 await self._update_finalizers(key, obj, lambda f: [x for x in f if x != CLEANUP_FINALIZER])
-            return Outcome(forget=True)  # nothing of ours left to do; Kubernetes removes the object
+            return self._gone(key)  # nothing of ours left to do; Kubernetes removes the object
 
         raw_period = (meta.get("annotations") or {}).get(RECONCILE_PERIOD_ANNOTATION)
         if raw_period is not None:
@@ -228,13 +233,12 @@ class Reconciler:
 
         latest = await self._fresh(key)
         if latest is None:
-            return Outcome(forget=True)
+            return self._gone(key)
         self.source.observed(key, latest)
 
         if finalizer_run and outcome.ok:
             await self._update_finalizers(key, latest, lambda f: [x for x in f if x != fin])
-            shutil.rmtree(request.private_data_dir, ignore_errors=True)
-            return Outcome(forget=True)
+            return self._gone(key)
 
         # observedGeneration says which spec the result is for: the one the run was given, even if the
         # object changed meanwhile (that change has its own run queued).

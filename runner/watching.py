@@ -97,7 +97,9 @@ def register(registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, w
         if action == "enqueue":
             queue.add(key, CHANGE)
         elif action == "forget":
-            # A run in progress finds the object gone when it ends and cleans up after itself.
+            # One last pass finds the object gone and removes its runner directories; a run in progress
+            # finds it gone when it ends.
             queue.forget(key)
+            queue.add(key, CHANGE)
 
     kopf.on.event(gvk.group, gvk.version, gvk.kind, registry=registry, id=f"watch-{gvk.kind}")(on_event)

@@ -252,6 +252,16 @@ def test_artifacts_bounded_and_free_of_secrets(kube: Kube, namespace: str, widge
     assert base64.b64decode(copied.data["password"]) == b"hunter2-do-not-log"
 
 
+def test_a_deleted_objects_artifacts_go_with_it(widgets: Widgets, start_operator) -> None:
+    op = start_operator([widget_watch()])
+    widgets.create("brief", {})
+    widgets.wait_successful("brief")
+    obj_dir = next(op.artifacts.glob("test.playbook-operator.dev/v1alpha1/Widget/*/brief"))
+    assert any((obj_dir / "artifacts").iterdir())
+    widgets.delete("brief")
+    wait_for("its runner directories to be removed", lambda: not obj_dir.exists(), timeout=30)
+
+
 def test_keep_no_artifacts(widgets: Widgets, start_operator) -> None:
     op = start_operator([widget_watch(maxRunnerArtifacts=0)])
     widgets.create("none", {})
