@@ -1,0 +1,120 @@
+"""SampleDB backups on the real cluster: on demand, scheduled (CronJob), retention, a failing backup."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.test_sampledb import FAST_PODS, GROUP, ROOT, VERSION, get, sample
+from tests.kube import Kube, wait_for
+from tests.operator import OperatorProcess
+
+BACKUPS = "sampledbbackups"
+
+
+@pytest.fixture
+def backup_operator(kube: Kube, namespace: str, tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "crd"))
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/sampledbs.sampledb.example.com",
+                 "crd/sampledbbackups.sampledb.example.com")
+    ops: list[OperatorProcess] = []
+
+    def start(**extra_vars: object) -> OperatorProcess:
+        watches = yaml.safe_load((ROOT / "watches.yaml").read_text())
+        for w in watches:
+            if w.get("playbook"):
+                w["playbook"] = str(ROOT / w["playbook"])
+            w["vars"] = {**w.get("vars", {}), "pod_extra_annotations": FAST_PODS, "progress_requeue": "1s",
+                         "health_requeue": "1s", "backup_pod_extra_annotations": FAST_PODS, **extra_vars}
+        op = OperatorProcess(kube, namespace, tmp_path, watches, ["--ansible-roles-path", str(ROOT / "roles")])
+        ops.append(op.start())
+        return op
+
+    yield start
+    for op in ops:
+        op.stop()
+
+
+def backup(kube: Kube, namespace: str, name: str, database: str = "db") -> None:
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, BACKUPS, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "SampleDBBackup", "metadata": {"name": name},
+        "spec": {"database": database}})
+
+
+def backup_status(kube: Kube, namespace: str, name: str) -> dict:
+    return kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, BACKUPS, name).get("status") or {}
+
+
+def ready_db(kube: Kube, namespace: str, **spec: object) -> None:
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "sampledbs", sample("db", replicas=1, **spec))
+    wait_for("the SampleDB to be Ready", lambda: get(kube, namespace, "db").get("status", {}).get("phase") == "Ready",
+             timeout=120)
+
+
+def test_on_demand_backups_retention_and_schedule(kube: Kube, namespace: str, backup_operator) -> None:
+    backup_operator()
+    ready_db(kube, namespace, backup={"schedule": "0 3 * * *", "retention": 2})
+    cron = wait_for("the backup CronJob", lambda: kube.batch.read_namespaced_cron_job("db-backup", namespace))
+    assert cron.spec.schedule == "0 3 * * *" and cron.spec.suspend is False
+    for i in range(3):
+        backup(kube, namespace, f"b{i}")
+        st = wait_for(f"backup b{i} to complete", lambda i=i: (
+            s := backup_status(kube, namespace, f"b{i}")).get("phase") == "Completed" and s, timeout=60)
+        assert st["location"] == f"pvc://db-backups/db/b{i}.sql.gz" and st["startedAt"] and st["completedAt"]
+    # the backup's own status is written first, the database's right after, in the same run
+    db = wait_for("the database to record b2", lambda: (d := get(kube, namespace, "db"))["status"].get(
+        "lastBackup", {}).get("name") == "b2" and d)
+    assert any(c["type"] == "LastBackupSucceeded" and c["status"] == "True" for c in db["status"]["conditions"])
+    # retention 2: the oldest completed on-demand backup is pruned by the database's next run
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "sampledbs", "db",
+                                               {"spec": {"backup": {"suspend": True}}})
+    wait_for("the oldest backup to be pruned", lambda: [
+        b["metadata"]["name"] for b in kube.custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, BACKUPS)["items"]] == ["b1", "b2"], timeout=60)
+    wait_for("the schedule to be suspended",
+             lambda: kube.batch.read_namespaced_cron_job("db-backup", namespace).spec.suspend is True)
+    table = kube.kubectl("-n", namespace, "get", "sdb", "db").stdout
+    assert "Ready" in table
+
+
+def test_scheduled_backups_are_recorded(kube: Kube, namespace: str, backup_operator) -> None:
+    backup_operator()
+    ready_db(kube, namespace, backup={"schedule": "* * * * *", "retention": 5})
+    # the CronJob starts a Job at the next minute; the database's run records it as a SampleDBBackup
+    found = wait_for("a scheduled backup on record", lambda: [
+        b for b in kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, BACKUPS)["items"]
+        if b["spec"].get("reason") == "Scheduled"], timeout=150)
+    name = found[0]["metadata"]["name"]
+    assert name.startswith("db-backup-")
+    wait_for("the scheduled backup to complete",
+             lambda: backup_status(kube, namespace, name).get("phase") == "Completed", timeout=60)
+
+
+def test_a_failing_backup_is_reported(kube: Kube, namespace: str, backup_operator) -> None:
+    backup_operator(backup_pod_extra_labels={"pod-container-running-failed.stage.kwok.x-k8s.io": "true"},
+                    backup_job_backoff_limit=0)
+    ready_db(kube, namespace)
+    backup(kube, namespace, "doomed")
+    st = wait_for("the backup to fail", lambda: (
+        s := backup_status(kube, namespace, "doomed")).get("phase") == "Failed" and s, timeout=90)
+    assert "failed" in st["message"]
+    cond = wait_for("the database's LastBackupSucceeded condition", lambda: next(
+        (c for c in get(kube, namespace, "db")["status"].get("conditions", []) if c["type"] == "LastBackupSucceeded"),
+        None))
+    assert cond["status"] == "False" and cond["reason"] == "BackupFailed"
+    events = wait_for("a BackupFailed event", lambda: [
+        e for e in kube.core.list_namespaced_event(namespace).items if e.reason == "BackupFailed"])
+    assert events and events[0].type == "Warning"
+
+
+def test_a_backup_of_a_missing_database_is_refused(kube: Kube, namespace: str, backup_operator) -> None:
+    backup_operator()
+    backup(kube, namespace, "orphan", database="nosuchdb")
+    st = wait_for("the backup to fail", lambda: (
+        s := backup_status(kube, namespace, "orphan")).get("phase") == "Failed" and s, timeout=60)
+    assert st["message"] == f"SampleDB nosuchdb does not exist in namespace {namespace}"
+
+
