@@ -7,6 +7,7 @@ reconcile period.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import shutil
@@ -141,15 +142,15 @@ class Reconciler:
             return None
 
     # ------------------------------------------------------------------ the reconcile
-    def _gone(self, key: Key) -> Outcome:
+    async def _gone(self, key: Key) -> Outcome:
         """The object is gone (or going, with nothing left for us to do): so are its runner directories."""
-        shutil.rmtree(self.private_dir(*key), ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, self.private_dir(*key), ignore_errors=True)
         return Outcome(forget=True)
 
     async def __call__(self, key: Key, reasons: frozenset[str]) -> Outcome:
         obj = self.source.latest(key)
         if obj is None:
-            return self._gone(key)
+            return await self._gone(key)
         if not hasattr(self, "res"):
             self.res = await self.kube.call(self._resource.get)
         started = time.monotonic()
@@ -169,7 +170,7 @@ class Reconciler:
                 count = await self.kube.call(self.cleanup.cleanup, obj, watch.gvk)
                 log.info("deleted %d annotation-linked dependent(s) of %s %s/%s", count, self.kind, ns, name)
                 await self._update_finalizers(key, obj, lambda f: [x for x in f if x != CLEANUP_FINALIZER])
-            return self._gone(key)  # nothing of ours left to do; Kubernetes removes the object
+            return await self._gone(key)  # nothing of ours left to do; Kubernetes removes the object
 
         raw_period = (meta.get("annotations") or {}).get(RECONCILE_PERIOD_ANNOTATION)
         if raw_period is not None:
@@ -233,12 +234,12 @@ class Reconciler:
 
         latest = await self._fresh(key)
         if latest is None:
-            return self._gone(key)
+            return await self._gone(key)
         self.source.observed(key, latest)
 
         if finalizer_run and outcome.ok:
             await self._update_finalizers(key, latest, lambda f: [x for x in f if x != fin])
-            return self._gone(key)
+            return await self._gone(key)
 
         # observedGeneration says which spec the result is for: the one the run was given, even if the
         # object changed meanwhile (that change has its own run queued).
@@ -249,7 +250,7 @@ class Reconciler:
                 await self.kube.call(
                     self.status.update, self.res, ns, name,
                     lambda c: status.done(c, True, outcome.result, []),
-                    observed_generation=ran_generation, skip_if_equivalent=idle)
+                    observed_generation=ran_generation, skip_if_equivalent=idle, current=latest)
             else:
                 await self._finish_failed(latest, outcome.failures, outcome.result, ran_generation)
         elif not outcome.ok:
@@ -267,7 +268,8 @@ class Reconciler:
         if self.watch.manage_status:
             await self.kube.call(self.status.update, self.res, meta.get("namespace") or "", meta["name"],
                                  lambda c: status.done(c, False, result, failures),
-                                 observed_generation=generation if generation is not None else meta.get("generation"))
+                                 observed_generation=generation if generation is not None else meta.get("generation"),
+                                 current=obj)
         await self._event(obj, "Warning", "ReconcileFailed", "\n".join(failures))
 
     def _log_result(self, request: RunRequest, result: RunResult, seconds: float, what: str) -> None:

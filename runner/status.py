@@ -110,14 +110,19 @@ class StatusWriter:
         self.kube = kube
 
     def update(self, res: Resource, namespace: str, name: str, change, *,
-               observed_generation: int | None = None, skip_if_equivalent: bool = False) -> dict[str, Any] | None:
+               observed_generation: int | None = None, skip_if_equivalent: bool = False,
+               current: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """Applies ``change(conditions) -> conditions`` to the newest object (sync; run in a thread).
+        ``current``, a copy the caller has just read, saves the first read; a conflict means a newer one.
         Returns the written object, or None when nothing was written (unchanged, or the object is gone)."""
         for _ in range(CONFLICT_RETRIES):
-            try:
-                obj = self.kube.get(res, namespace, name)
-            except NotFound:
-                return None
+            if current is not None:
+                obj, current = current, None
+            else:
+                try:
+                    obj = self.kube.get(res, namespace, name)
+                except NotFound:
+                    return None
             status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
             old = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
             new = change(copy.deepcopy(old))
