@@ -237,7 +237,8 @@ class Reconciler:
             return await self._gone(key)
         self.source.observed(key, latest)
 
-        if finalizer_run and outcome.ok:
+        # A finalizer that asks to be requeued is waiting for something (a final backup, say): not done yet.
+        if finalizer_run and outcome.ok and outcome.requeue_after is None:
             await self._update_finalizers(key, latest, lambda f: [x for x in f if x != fin])
             return await self._gone(key)
 

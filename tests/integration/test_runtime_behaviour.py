@@ -159,6 +159,19 @@ def test_failing_finalizer_keeps_the_object_until_fixed(widgets: Widgets, start_
     wait_for("the Widget to be gone", lambda: not widgets.exists("stuck"), timeout=60)
 
 
+def test_a_finalizer_that_requeues_is_not_finished(kube: Kube, namespace: str, widgets: Widgets,
+                                                  start_operator) -> None:
+    op = start_operator([widget_watch(finalizer={"name": FINALIZER, "role": str(TESTOP / "roles" / "widget_finalizer")})])
+    widgets.create("waiting", {"holdFinalizer": True})
+    widgets.wait_successful("waiting")
+    widgets.delete("waiting")
+    op.wait_for_log(r"finalizer end: Widget \S+/waiting succeeded", count=3, timeout=30)
+    assert widgets.exists("waiting") and FINALIZER in widgets.get("waiting")["metadata"]["finalizers"]
+    widgets.patch("waiting", {"spec": {"holdFinalizer": False}})
+    wait_for("the Widget to be gone", lambda: not widgets.exists("waiting"), timeout=60)
+    kube.core.read_namespaced_config_map("waiting-finalized", namespace)
+
+
 def test_delete_during_a_run_waits_then_finalizes(kube: Kube, namespace: str, widgets: Widgets,
                                                   start_operator) -> None:
     op = start_operator([widget_watch(finalizer={"name": FINALIZER, "role": str(TESTOP / "roles" / "widget_finalizer")})])
