@@ -270,10 +270,12 @@ class Operator:
             log.error("the watch machinery failed: %s", kopf_task.exception())
             self.exit_code = 1
         self.stopping.set()
-        kopf_stop.set()  # kopf stops its watches itself; cancelling it instead skips its clean-up
+        # Runs finish first: once kopf stops, it cancels every task started after it within 5 s (its
+        # "hung tasks"), which would cut the grace period short.
         finished = await asyncio.gather(*(q.shutdown(grace) for q in self.queues))
         if not all(finished):
             log.warning("runs still in progress after %.0fs were cancelled", grace)
+        kopf_stop.set()  # kopf stops its watches itself; cancelling it instead skips its clean-up
         await executor.stop()
         await watcher.stop()
         await proxy.stop()

@@ -3,7 +3,7 @@ the benchmarks' business, see `make bench`)."""
 
 from __future__ import annotations
 
-from bench.__main__ import impls, measure_burst, measure_latency
+from bench.__main__ import impls, measure_burst, measure_idle, measure_latency
 from bench.harness import bench_cluster
 
 
@@ -16,3 +16,13 @@ def test_bench_harness_measures_our_operator() -> None:
     assert all(v > 0 for v in lat.values())
     burst = measure_burst(kube, ours, 3)
     assert all(v > 0 for v in burst.values()) and len(burst) == 3
+
+
+def test_bench_idle_measure_counts_runs_memory_and_api_writes() -> None:
+    kube = bench_cluster()
+    (ours,) = impls(["ours"])
+    # A short period: the resync may overlap the (shortened) idle window; only the plumbing is checked,
+    # not the counts (other tests write to the same cluster meanwhile).
+    figures, _ = measure_idle(kube, ours, 3, None, period=4, settle=0.5, idle_window=0.5)
+    assert figures["RSS idle with 3 CRs (operator + children) [MB]"] > 0
+    assert {"resync 1 of all 3: runs", "resync 1 of all 3: API writes"} <= set(figures)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,3 +136,38 @@ def test_version_rules_on_update(kube: Kube, namespace: str, sampledb_crds: None
     assert apply({"version": "16.1", "upgrade": {"allowMajor": True}}) == ""
     assert "restoreFrom is immutable" in apply({"version": "16.1", "upgrade": {"allowMajor": True},
                                                 "restoreFrom": {"backup": "b"}})
+
+
+def wait_phase(kube: Kube, namespace: str, name: str, phase: str = "Ready", timeout: float = 120) -> dict:
+    return wait_for(f"SampleDB {name} to be {phase}", lambda: (
+        d := get(kube, namespace, name)).get("status", {}).get("phase") == phase and d, timeout=timeout)
+
+
+def condition(db: dict, kind: str) -> dict:
+    return next((c for c in db.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+def events(kube: Kube, namespace: str, reason: str) -> list:
+    return [e for e in kube.core.list_namespaced_event(namespace).items if e.reason == reason]
+
+
+def images(kube: Kube, namespace: str, name: str) -> dict[str, str]:
+    """Each server pod and the PostgreSQL image it runs."""
+    pods = kube.core.list_namespaced_pod(
+        namespace, label_selector=f"app.kubernetes.io/instance={name},statefulset.kubernetes.io/pod-name").items
+    return {p.metadata.name: p.spec.containers[0].image for p in pods if not p.metadata.deletion_timestamp}
+
+
+def test_every_role_is_idempotent(kube: Kube, namespace: str, sampledb_operators) -> None:
+    """Once Ready, a run with nothing changed (the periodic resync) changes nothing."""
+    op = sampledb_operators()
+    doc = sample("idem", replicas=2)
+    doc["metadata"]["annotations"] = {"ansible.sdk.operatorframework.io/reconcile-period": "2s"}  # resync often
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, doc)
+    db = wait_phase(kube, namespace, "idem")
+    assert condition(db, "Ready")["status"] == "True" and condition(db, "Progressing")["status"] == "False"
+    assert condition(db, "Degraded")["status"] == "False"
+    runs = len(re.findall(r"run end: SampleDB \S+/idem", op.logs()))
+    log = op.wait_for_log(r"run end: SampleDB \S+/idem", count=runs + 3, timeout=60)
+    last = re.findall(r"run end: SampleDB \S+/idem (\w+) in \S+ \(ok=\d+ changed=(\d+)", log)[-2:]
+    assert last == [("succeeded", "0"), ("succeeded", "0")], last

@@ -2,40 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
-import pytest
-import yaml
-
-from tests.integration.test_sampledb import FAST_PODS, GROUP, ROOT, VERSION, get, sample
+from tests.integration.test_sampledb import GROUP, VERSION, get, sample
 from tests.kube import Kube, wait_for
-from tests.operator import OperatorProcess
 
 BACKUPS = "sampledbbackups"
-
-
-@pytest.fixture
-def backup_operator(kube: Kube, namespace: str, tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
-    kube.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "crd"))
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/sampledbs.sampledb.example.com",
-                 "crd/sampledbbackups.sampledb.example.com")
-    ops: list[OperatorProcess] = []
-
-    def start(**extra_vars: object) -> OperatorProcess:
-        watches = yaml.safe_load((ROOT / "watches.yaml").read_text())
-        for w in watches:
-            if w.get("playbook"):
-                w["playbook"] = str(ROOT / w["playbook"])
-            w["vars"] = {**w.get("vars", {}), "pod_extra_annotations": FAST_PODS, "progress_requeue": "1s",
-                         "health_requeue": "1s", "backup_pod_extra_annotations": FAST_PODS, **extra_vars}
-        op = OperatorProcess(kube, namespace, tmp_path, watches, ["--ansible-roles-path", str(ROOT / "roles")])
-        ops.append(op.start())
-        return op
-
-    yield start
-    for op in ops:
-        op.stop()
 
 
 def backup(kube: Kube, namespace: str, name: str, database: str = "db") -> None:
@@ -54,8 +24,8 @@ def ready_db(kube: Kube, namespace: str, **spec: object) -> None:
              timeout=120)
 
 
-def test_on_demand_backups_retention_and_schedule(kube: Kube, namespace: str, backup_operator) -> None:
-    backup_operator()
+def test_on_demand_backups_retention_and_schedule(kube: Kube, namespace: str, sampledb_operators) -> None:
+    sampledb_operators()
     ready_db(kube, namespace, backup={"schedule": "0 3 * * *", "retention": 2})
     cron = wait_for("the backup CronJob", lambda: kube.batch.read_namespaced_cron_job("db-backup", namespace))
     assert cron.spec.schedule == "0 3 * * *" and cron.spec.suspend is False
@@ -80,8 +50,8 @@ def test_on_demand_backups_retention_and_schedule(kube: Kube, namespace: str, ba
     assert "Ready" in table
 
 
-def test_scheduled_backups_are_recorded(kube: Kube, namespace: str, backup_operator) -> None:
-    backup_operator()
+def test_scheduled_backups_are_recorded(kube: Kube, namespace: str, sampledb_operators) -> None:
+    sampledb_operators()
     ready_db(kube, namespace, backup={"schedule": "* * * * *", "retention": 5})
     # the CronJob starts a Job at the next minute; the database's run records it as a SampleDBBackup
     found = wait_for("a scheduled backup on record", lambda: [
@@ -93,8 +63,8 @@ def test_scheduled_backups_are_recorded(kube: Kube, namespace: str, backup_opera
              lambda: backup_status(kube, namespace, name).get("phase") == "Completed", timeout=60)
 
 
-def test_a_failing_backup_is_reported(kube: Kube, namespace: str, backup_operator) -> None:
-    backup_operator(backup_pod_extra_labels={"pod-container-running-failed.stage.kwok.x-k8s.io": "true"},
+def test_a_failing_backup_is_reported(kube: Kube, namespace: str, sampledb_operators) -> None:
+    sampledb_operators(backup_pod_extra_labels={"pod-container-running-failed.stage.kwok.x-k8s.io": "true"},
                     backup_job_backoff_limit=0)
     ready_db(kube, namespace)
     backup(kube, namespace, "doomed")
@@ -110,8 +80,8 @@ def test_a_failing_backup_is_reported(kube: Kube, namespace: str, backup_operato
     assert events and events[0].type == "Warning"
 
 
-def test_a_backup_of_a_missing_database_is_refused(kube: Kube, namespace: str, backup_operator) -> None:
-    backup_operator()
+def test_a_backup_of_a_missing_database_is_refused(kube: Kube, namespace: str, sampledb_operators) -> None:
+    sampledb_operators()
     backup(kube, namespace, "orphan", database="nosuchdb")
     st = wait_for("the backup to fail", lambda: (
         s := backup_status(kube, namespace, "orphan")).get("phase") == "Failed" and s, timeout=60)

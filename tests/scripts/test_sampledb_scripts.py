@@ -4,6 +4,7 @@ containers, so this is where the data path is proven."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import pwd
 import shutil
@@ -147,10 +148,16 @@ def test_backup_then_restore_into_a_new_server(make_server, tmp_path: Path) -> N
     assert f"backup {backup_file}:" in out.stdout and backup_file.stat().st_size > 0
     assert not Path(f"{backup_file}.partial").exists()
 
+    with gzip.open(backup_file, "rt") as f:
+        assert "SCRAM-SHA-256$" not in f.read()  # no password hashes in a backup
+
     target = make_server(PG15, "target")  # a new, empty database
     target.run("bash", str(SCRIPTS / "restore.sh"), extra={"BACKUP_FILE": str(backup_file)})
     assert fingerprint(target) == expected  # every row written before the backup is there
-    assert target.sql("SELECT rolname FROM pg_roles WHERE rolname = 'app'") == "app"
+    # the restore Job then runs init.sh: the application user gets the new database's password
+    target.run("bash", str(SCRIPTS / "init.sh"), extra={"APP_DATABASE": "app", "APP_USER": "app", "APP_PASSWORD": "new"})
+    assert target.sql("SELECT rolpassword LIKE 'SCRAM-SHA-256$%' FROM pg_authid WHERE rolname = 'app'") == "t"
+    assert fingerprint(target) == expected
 
 
 def test_a_failed_backup_never_looks_finished(make_server, tmp_path: Path) -> None:
@@ -182,28 +189,29 @@ def test_bootstrap_is_idempotent(make_server) -> None:
 
 
 def test_major_migration_15_to_18_keeps_every_row(make_server, tmp_path: Path) -> None:
+    """The upgrade role's major path: migrate.sh dumps the old server with the NEW major's pg_dumpall, the
+    new primary starts empty, and restore.sh (the load Job) fills it."""
     old = make_server(PG15, "pg15")
     seed(old)
     expected = fingerprint(old)
     dump = _tree(tmp_path / "migration", USER) / "15-to-18.sql.gz"
     new_bin = pg18_bin()
-    # the dump is made with the NEW major's pg_dumpall against the running old server
     dumper = Server(new_bin, old.data, old.sockets, old.port, old.user)
-    dumper.run("bash", str(SCRIPTS / "migrate.sh"), "dump", str(dump))
+    out = dumper.run("bash", str(SCRIPTS / "migrate.sh"), "dump", str(dump))
+    assert f"migration dump {dump}:" in out.stdout and not Path(f"{dump}.partial").exists()
     old.stop()
 
-    new = make_server(new_bin, "pg18", init=False)
-    sockets = str(new.sockets)
-    new.run("bash", str(SCRIPTS / "migrate.sh"), "restore", str(dump),
-            extra={"PGDATA": str(new.data), "POSTGRES_PASSWORD": "pw", "SOCKET_DIR": sockets, "PGHOST": sockets})
-    assert (new.data / "PG_VERSION").read_text().strip() == "18"
-    new.password = "pw"  # the migrated server authenticates its superuser (scram), as in the pods
-    new.start()
-    try:
-        assert fingerprint(new) == expected
-        assert new.sql("SHOW server_version_num")[:2] == "18"
-    finally:
-        new.stop()
+    new = make_server(new_bin, "pg18")
+    new.run("bash", str(SCRIPTS / "restore.sh"), extra={"BACKUP_FILE": str(dump)})
+    assert fingerprint(new) == expected
+    assert new.sql("SHOW server_version_num")[:2] == "18"
+    assert new.sql("SELECT rolname FROM pg_roles WHERE rolname = 'app'") == "app"
+
+
+def test_migrate_refuses_anything_but_dump(make_server, tmp_path: Path) -> None:
+    server = make_server(PG15, "usage")
+    proc = server.run("bash", str(SCRIPTS / "migrate.sh"), "restore", str(tmp_path / "x.sql.gz"), check=False)
+    assert proc.returncode == 2 and "usage: migrate.sh dump FILE" in proc.stderr
 
 
 def test_entrypoint_replica_streams_and_promotes_when_relabelled(tmp_path: Path, pg_user: str) -> None:

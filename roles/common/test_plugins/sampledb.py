@@ -1,4 +1,4 @@
-"""Jinja tests for the leader role."""
+"""Jinja tests for the SampleDB roles."""
 
 from __future__ import annotations
 

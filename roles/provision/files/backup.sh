@@ -1,12 +1,13 @@
 #!/bin/bash
-# A logical backup of the whole server (every database, roles included) into $BACKUP_FILE (gzip).
+# A logical backup of the whole server (every database, roles included, but not their passwords: those
+# belong to the database's credentials Secret, and a restored database keeps its own) into $BACKUP_FILE (gzip).
 # Written under a temporary name and renamed when complete, so a failed backup never looks finished.
 # Prints the size; also writes it to the termination message, where the operator reads it.
 set -euo pipefail
 : "${BACKUP_FILE:?}"
 mkdir -p "$(dirname "$BACKUP_FILE")"
 until pg_isready -q; do sleep 1; done
-pg_dumpall --clean --if-exists | gzip -c > "$BACKUP_FILE.partial"
+pg_dumpall --clean --if-exists --no-role-passwords | gzip -c > "$BACKUP_FILE.partial"
 gzip -t "$BACKUP_FILE.partial"
 mv "$BACKUP_FILE.partial" "$BACKUP_FILE"
 size=$(stat -c %s "$BACKUP_FILE")

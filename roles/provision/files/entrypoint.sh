@@ -16,10 +16,12 @@ for _ in $(seq 300); do [ -n "$(role)" ] && break; sleep 1; done
 major() { postgres --version | sed -E 's/.* ([0-9]+)(\.[0-9]+)?.*/\1/'; }
 
 if [ -s "$PGDATA/PG_VERSION" ] && [ "$(cat "$PGDATA/PG_VERSION")" != "$(major)" ]; then
-  # A major upgrade: the migration Job left a dump of the old server; start afresh and load it.
+  # A major upgrade: these binaries cannot read the old files. Keep them aside (never deleted by the
+  # operator) and start afresh: the primary empty, for the operator's load Job to fill from the migration
+  # dump; a replica as a clone of the new primary.
   old=$(cat "$PGDATA/PG_VERSION")
+  rm -rf "$PGDATA.v$old"
   mv "$PGDATA" "$PGDATA.v$old"
-  bash "$CONF/migrate.sh" restore "${MIGRATION_DUMP:?a major upgrade needs the migration dump}"
 fi
 
 if [ ! -s "$PGDATA/PG_VERSION" ]; then

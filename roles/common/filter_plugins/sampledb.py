@@ -1,0 +1,41 @@
+"""Jinja filters for the SampleDB roles (the rules that are clearer in Python than in a template)."""
+
+from __future__ import annotations
+
+import re
+
+
+def sampledb_ordinal(name):
+    """The StatefulSet ordinal of a server pod's name (inventory-2 -> 2); -1 when it has none."""
+    match = re.search(r"-(\d+)$", str(name))
+    return int(match.group(1)) if match else -1
+
+
+def sampledb_rollout_front(ready_pods, image, replicas):
+    """How far a rolling update has come, as the lowest ordinal k such that every server from k up to
+    replicas-1 is among `ready_pods` and runs `image` (replicas when the highest does not). A StatefulSet
+    rolls from the highest ordinal down, so lowering the partition to k-1 updates exactly the next server."""
+    done = {sampledb_ordinal(p["metadata"]["name"]) for p in ready_pods or []
+            if any(c.get("image") == image for c in (p.get("spec") or {}).get("containers") or [])}
+    front = int(replicas)
+    while front > 0 and front - 1 in done:
+        front -= 1
+    return front
+
+
+def sampledb_job_state(job):
+    """None (no such Job), Running, Succeeded or Failed (out of retries) for a Job object."""
+    if not job:
+        return "None"
+    status = job.get("status") or {}
+    if int(status.get("succeeded") or 0) > 0:
+        return "Succeeded"
+    if any(c.get("type") == "Failed" and c.get("status") == "True" for c in status.get("conditions") or []):
+        return "Failed"
+    return "Running"
+
+
+class FilterModule:
+    def filters(self):
+        return {"sampledb_ordinal": sampledb_ordinal, "sampledb_rollout_front": sampledb_rollout_front,
+                "sampledb_job_state": sampledb_job_state}

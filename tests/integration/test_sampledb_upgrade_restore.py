@@ -1,0 +1,140 @@
+"""SampleDB restore (spec.restoreFrom) and upgrades (minor rolling, major migration, a failed step) on the
+real cluster. kwok runs the pods and Jobs; what is checked is what the operator does with them and what
+the user sees: order of the rollout, the Jobs' commands, status, conditions and Events."""
+
+from __future__ import annotations
+
+import time
+
+from tests.integration.test_sampledb import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    condition,
+    events,
+    get,
+    images,
+    roles,
+    sample,
+    wait_phase,
+)
+from tests.integration.test_sampledb_backup import backup, backup_status
+from tests.kube import Kube, wait_for
+
+IMAGE = "docker.io/library/postgres:{}"
+
+
+def create(kube: Kube, namespace: str, name: str, **spec: object) -> None:
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample(name, **spec))
+
+
+def patch(kube: Kube, namespace: str, name: str, spec: dict) -> None:
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": spec})
+
+
+def test_restore_builds_a_new_database_from_a_backup(kube: Kube, namespace: str, sampledb_operators) -> None:
+    sampledb_operators()
+    create(kube, namespace, "db", replicas=1)
+    wait_phase(kube, namespace, "db")
+    backup(kube, namespace, "nightly")
+    wait_for("the backup", lambda: backup_status(kube, namespace, "nightly").get("phase") == "Completed", timeout=60)
+
+    create(kube, namespace, "copy", replicas=1, restoreFrom={"backup": "nightly"})
+    db = wait_phase(kube, namespace, "copy")
+    job = kube.batch.read_namespaced_job("copy-restore", namespace)
+    assert job.status.succeeded == 1
+    pod = job.spec.template.spec
+    env = {e.name: e.value for e in pod.containers[0].env if e.value}
+    assert env["BACKUP_FILE"] == "/backups/db/nightly.sql.gz" and env["PGHOST"] == "copy-primary"
+    assert "restore.sh" in pod.containers[0].command[-1]
+    assert [v.persistent_volume_claim.claim_name for v in pod.volumes if v.persistent_volume_claim] == ["db-backups"]
+    # restored instead of bootstrapped, and Ready only after the restore
+    assert not kube.batch.list_namespaced_job(namespace, field_selector="metadata.name=copy-init").items
+    assert db["status"]["initialized"] is True and condition(db, "Ready")["status"] == "True"
+    assert events(kube, namespace, "Restored")
+
+    # a backup that does not exist: the database says so, naming the field, and never becomes Ready
+    create(kube, namespace, "nope", replicas=1, restoreFrom={"backup": "no-such-backup"})
+    db = wait_phase(kube, namespace, "nope", "Failed", timeout=60)
+    msg = condition(db, "Ready")["message"]
+    assert msg.startswith("spec.restoreFrom.backup: SampleDBBackup no-such-backup does not exist"), msg
+    assert events(kube, namespace, "RestoreFailed")
+
+
+def test_minor_upgrade_updates_replicas_first_and_the_primary_last(kube: Kube, namespace: str,
+                                                                  sampledb_operators) -> None:
+    sampledb_operators(failover_grace_seconds=0)
+    create(kube, namespace, "up", replicas=3)
+    db = wait_phase(kube, namespace, "up")
+    primary = db["status"]["currentPrimary"]
+    assert primary == "up-0"
+
+    started = time.monotonic()
+    patch(kube, namespace, "up", {"version": "15.9"})
+    updated: list[str] = []  # the order in which servers came up on 15.9
+    backup_done_first = None
+
+    def progress() -> bool:
+        nonlocal backup_done_first
+        now = images(kube, namespace, "up")
+        for pod, image in sorted(now.items()):
+            if image == IMAGE.format("15.9") and pod not in updated:
+                updated.append(pod)
+                if backup_done_first is None:
+                    backup_done_first = backup_status(kube, namespace, "up-pre-15-9").get("phase") == "Completed"
+        return get(kube, namespace, "up")["status"].get("version") == "15.9"
+
+    wait_for("the upgrade to finish", progress, timeout=180, interval=0.2)
+    elapsed = time.monotonic() - started
+    print(f"\nminor upgrade of 3 servers (15.8 -> 15.9): {elapsed:.1f} s")
+    assert backup_done_first is True  # the backup completed before any server was touched
+    assert updated == ["up-2", "up-1", "up-0"]  # replicas first, the primary last
+    db = wait_phase(kube, namespace, "up")
+    assert db["status"]["currentPrimary"] == "up-0" and "upgrade" not in db["status"]
+    assert set(images(kube, namespace, "up").values()) == {IMAGE.format("15.9")}
+    assert sorted(roles(kube, namespace, "up").values()) == ["primary", "replica", "replica"]
+    assert not events(kube, namespace, "FailedOver")  # the primary's planned restart is not a failure
+    assert events(kube, namespace, "UpgradeStarted")
+    done = wait_for("an Upgraded event", lambda: events(kube, namespace, "Upgraded"))  # written after the status
+    assert "upgraded from 15.8 to 15.9 in" in done[0].message
+    sts = kube.apps.read_namespaced_stateful_set("up", namespace)
+    assert sts.spec.update_strategy.rolling_update.partition == 0
+
+
+def test_major_upgrade_migrates_by_dump_and_load(kube: Kube, namespace: str, sampledb_operators) -> None:
+    sampledb_operators(failover_grace_seconds=0)
+    create(kube, namespace, "major", replicas=2)
+    wait_phase(kube, namespace, "major")
+    # refused without allowMajor (the API says so), allowed with it
+    proc = kube.kubectl("-n", namespace, "patch", "sdb", "major", "--type=merge", "-p", '{"spec":{"version":"16.4"}}',
+                        check=False)
+    assert proc.returncode != 0 and "spec.upgrade.allowMajor: true" in proc.stderr
+    patch(kube, namespace, "major", {"version": "16.4", "upgrade": {"allowMajor": True}})
+    wait_for("the upgrade to finish", lambda: get(kube, namespace, "major")["status"].get("version") == "16.4",
+             timeout=180)
+    assert backup_status(kube, namespace, "major-pre-16-4")["phase"] == "Completed"
+    dump = kube.batch.read_namespaced_job("major-migrate-16-4", namespace).spec.template.spec.containers[0]
+    assert dump.image == IMAGE.format("16.4")  # the new version's pg_dumpall reads the old server
+    assert dump.command[-2:] == ["dump", "/backups/major/migrate-15.8-to-16.4.sql.gz"]
+    load = kube.batch.read_namespaced_job("major-load-16-4", namespace)
+    assert load.status.succeeded == 1
+    assert {e.name: e.value for e in load.spec.template.spec.containers[0].env if e.value}["BACKUP_FILE"] == \
+        "/backups/major/migrate-15.8-to-16.4.sql.gz"
+    wait_phase(kube, namespace, "major")
+    wait_for("both servers on 16.4", lambda: images(kube, namespace, "major") == {
+        "major-0": IMAGE.format("16.4"), "major-1": IMAGE.format("16.4")}, timeout=60)
+
+
+def test_a_failed_step_stops_the_upgrade_on_the_old_version(kube: Kube, namespace: str, sampledb_operators) -> None:
+    sampledb_operators(backup_pod_extra_labels={"pod-container-running-failed.stage.kwok.x-k8s.io": "true"},
+                       backup_job_backoff_limit=0)
+    create(kube, namespace, "stuck", replicas=2)
+    wait_phase(kube, namespace, "stuck")
+    patch(kube, namespace, "stuck", {"version": "15.9"})
+    db = wait_for("the upgrade to stop", lambda: (d := get(kube, namespace, "stuck")) and
+                  condition(d, "Degraded").get("reason") == "UpgradeFailed" and d, timeout=90)
+    msg = condition(db, "Degraded")["message"]
+    assert "the pre-upgrade backup stuck-pre-15-9 failed" in msg and "still serving 15.8" in msg, msg
+    assert db["status"]["version"] == "15.8" and db["status"]["phase"] == "Ready"
+    assert set(images(kube, namespace, "stuck").values()) == {IMAGE.format("15.8")}
+    assert wait_for("an UpgradeFailed event", lambda: events(kube, namespace, "UpgradeFailed"))[0].type == "Warning"
