@@ -165,12 +165,7 @@ class Reconciler:
         fin = watch.finalizer.name if watch.finalizer else None
         deleting = bool(meta.get("deletionTimestamp"))
         if deleting and (fin is None or fin not in (meta.get("finalizers") or [])):
-            if CLEANUP_FINALIZER in (meta.get("finalizers") or []):
-                # The role's finalizer (if any) is done: now the annotation-linked dependents.
-                count = await self.kube.call(self.cleanup.cleanup, obj, watch.gvk)
-                log.info("deleted %d annotation-linked dependent(s) of %s %s/%s", count, self.kind, ns, name)
-                await self._update_finalizers(key, obj, lambda f: [x for x in f if x != CLEANUP_FINALIZER])
-            return await self._gone(key)  # nothing of ours left to do; Kubernetes removes the object
+            return await self._after_finalizer(key, obj)
 
         raw_period = (meta.get("annotations") or {}).get(RECONCILE_PERIOD_ANNOTATION)
         if raw_period is not None:
@@ -239,8 +234,8 @@ class Reconciler:
 
         # A finalizer that asks to be requeued is waiting for something (a final backup, say): not done yet.
         if finalizer_run and outcome.ok and outcome.requeue_after is None:
-            await self._update_finalizers(key, latest, lambda f: [x for x in f if x != fin])
-            return await self._gone(key)
+            updated = await self._update_finalizers(key, latest, lambda f: [x for x in f if x != fin])
+            return await self._after_finalizer(key, updated or latest)
 
         # observedGeneration says which spec the result is for: the one the run was given, even if the
         # object changed meanwhile (that change has its own run queued).
@@ -262,6 +257,15 @@ class Reconciler:
         if outcome.requeue_after is not None:
             return Outcome(error=False, requeue_after=outcome.requeue_after)
         return Outcome(error=not outcome.ok)  # on success the queue schedules the reconcile period
+
+    async def _after_finalizer(self, key: Key, obj: dict[str, Any]) -> Outcome:
+        """The role's finalizer (if any) is done: the annotation-linked dependents go now, in this same
+        reconcile (no further event may come to trigger it), then Kubernetes removes the object."""
+        if CLEANUP_FINALIZER in (obj["metadata"].get("finalizers") or []):
+            count = await self.kube.call(self.cleanup.cleanup, obj, self.watch.gvk)
+            log.info("deleted %d annotation-linked dependent(s) of %s %s/%s", count, self.kind, *key)
+            await self._update_finalizers(key, obj, lambda f: [x for x in f if x != CLEANUP_FINALIZER])
+        return await self._gone(key)
 
     async def _finish_failed(self, obj: dict[str, Any], failures: list[str], result: dict[str, Any] | None,
                              generation: int | None = None) -> None:
