@@ -73,6 +73,10 @@ test: venv lint test-deps ## ruff and the whole pytest suite (brings up a local 
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); rc=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s"; exit $$rc
 
+.PHONY: molecule
+molecule: venv ## the molecule scenarios only (molecule/), side by side, on the cluster (part of `make test`)
+	@PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n $(TEST_WORKERS) tests/integration/test_molecule.py $(PYTEST_ARGS)
+
 .PHONY: test-unit
 test-unit: venv ## only the unit tests (no cluster)
 	$(BIN)/pytest -m 'not cluster' $(PYTEST_ARGS)

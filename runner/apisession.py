@@ -32,12 +32,11 @@ class ApiSession:
         # In-cluster tokens rotate; the client's refresh hook re-reads the mounted token when due.
         if getattr(self.cfg, "refresh_api_key_hook", None):
             self.cfg.refresh_api_key_hook(self.cfg)
-        token = self.cfg.get_api_key_with_prefix("authorization") if self.cfg.api_key else None
-        if token:
-            return {"Authorization": token}
-        if self.cfg.username and self.cfg.password:
-            return {"Authorization": aiohttp.BasicAuth(self.cfg.username, self.cfg.password).encode()}
-        return {}
+        # The client's own view of its credentials (a bearer token under "BearerToken" in current clients,
+        # "authorization" in older ones; basic auth), so that a token kubeconfig or the in-cluster
+        # ServiceAccount is never sent anonymously.
+        return {s["key"]: s["value"] for s in self.cfg.auth_settings().values()
+                if s.get("in") == "header" and s.get("value")}
 
     @property
     def session(self) -> aiohttp.ClientSession:

@@ -301,8 +301,10 @@ class AnnotatedCleanup:
             items = self.kube.request("GET", f"{base}/{plural}").get("items", [])
             for item in items:
                 ann = item.get("metadata", {}).get("annotations") or {}
+                m = item["metadata"]
+                if m.get("ownerReferences"):
+                    continue  # garbage-collected with its own owner (also what older runs recorded)
                 if ann.get(PRIMARY_RESOURCE) == want and ann.get(PRIMARY_RESOURCE_TYPE) == want_type:
-                    m = item["metadata"]
                     path = f"{base}/namespaces/{m['namespace']}/{plural}/{m['name']}" if m.get("namespace") \
                         else f"{base}/{plural}/{m['name']}"
                     try:

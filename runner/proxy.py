@@ -324,4 +324,7 @@ class OwnerProxy:
         annotated = all(ann.get(k) == v for k, v in owner.annotations.items())
         if owned or annotated:
             kind, namespaced = target
-            self.on_dependent(owner, GVK(info.group, info.version, kind), info.resource, namespaced, not owned)
+            # Only an object nobody owns needs the runtime to delete it with its owner: one with an owner of
+            # its own (a pod of a StatefulSet, annotated for its events) goes with that owner.
+            unowned = not meta.get("ownerReferences")
+            self.on_dependent(owner, GVK(info.group, info.version, kind), info.resource, namespaced, unowned)

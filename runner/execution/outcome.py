@@ -39,7 +39,7 @@ def _messages(res: dict[str, Any]) -> list[str]:
     msgs = [r["msg"] for r in items if isinstance(r.get("msg"), str) and r["msg"]]
     if msgs:
         return list(dict.fromkeys(msgs))
-    msg = res.get("msg")
+    msg = res.get("msg") or res.get("censored")  # a no_log task's result says only that it was hidden
     return [msg if isinstance(msg, str) and msg else UNKNOWN_FAILURE]
 
 

@@ -57,3 +57,10 @@ def test_loop_failures_report_the_items_messages() -> None:
             {"failed": True, "msg": "pod c: invalid label"}]}}}
     out = interpret([loop, stats(failures=1)], 2, "failed")
     assert out.failures == ["pod a: invalid label", "pod c: invalid label"]
+
+
+def test_a_no_log_failure_says_the_output_was_hidden() -> None:
+    hidden = "the output has been hidden due to the fact that 'no_log: true' was specified for this result"
+    out = interpret([{"event": "runner_on_failed", "event_data": {"task": "t", "res": {"censored": hidden}}},
+                     stats(failures=1)], 2, "failed")
+    assert out.failures == [hidden]

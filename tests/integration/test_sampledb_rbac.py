@@ -1,0 +1,80 @@
+"""deploy/rbac is enough, and no more: the operator runs with its ServiceAccount's token (not the admin's)
+and converges and deletes a SampleDB; a verb the ClusterRole does not grant is refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.test_sampledb import GROUP, PLURAL, VERSION, sample, wait_phase
+from tests.integration.test_sampledb_backup import backup_status
+from tests.kube import Kube, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def rbac(kube: Kube, namespace: str) -> Iterator[str]:
+    """deploy/rbac as kustomize renders it, with the ServiceAccount in the test's namespace and the cluster-wide
+    objects renamed for this test (and deleted after it); yields the ServiceAccount's name."""
+    suffix = uuid.uuid4().hex[:6]
+    docs = list(yaml.safe_load_all(kube.kubectl("kustomize", str(ROOT / "deploy" / "rbac")).stdout))
+    sa = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
+    for d in docs:
+        if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            d["metadata"]["name"] += f"-{suffix}"
+        else:
+            d["metadata"]["namespace"] = namespace
+        if d["kind"] == "ClusterRoleBinding":
+            d["roleRef"]["name"] += f"-{suffix}"
+        for s in d.get("subjects", []):
+            s["namespace"] = namespace
+    rendered = "\n---\n".join(json.dumps(d) for d in docs)
+    kube.kubectl("apply", "-f", "-", input=rendered)
+    yield sa
+    kube.kubectl("delete", "--ignore-not-found", "-f", "-", input=rendered)
+
+
+def sa_kubeconfig(kube: Kube, namespace: str, sa: str, path: Path) -> Path:
+    token = kube.kubectl("-n", namespace, "create", "token", sa, "--duration", "1h").stdout.strip()
+    admin = yaml.safe_load(kube.kubeconfig.read_text())
+    cluster = admin["clusters"][0]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "clusters": [cluster],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": sa, "context": {"cluster": cluster["name"], "user": sa, "namespace": namespace}}],
+        "current-context": sa}))
+    return path
+
+
+def test_the_operator_runs_on_its_service_account(kube: Kube, namespace: str, rbac: str, sampledb_operators,
+                                                 tmp_path: Path) -> None:
+    sa = rbac
+    config = str(sa_kubeconfig(kube, namespace, sa, tmp_path / "sa-kubeconfig"))
+    # as the Deployment runs it: leader election on, in the operator's namespace
+    op = sampledb_operators("--leader-elect", "--leader-election-id", "sampledb-operator",
+                            env={"KUBECONFIG": config, "K8S_AUTH_KUBECONFIG": config, "POD_NAMESPACE": namespace})
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("db", replicas=2))
+    db = wait_phase(kube, namespace, "db")
+    assert db["status"]["currentPrimary"]
+    # and the finalizer: a final backup, the backups kept, the servers and their volumes deleted
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "db")
+    wait_for("the final backup", lambda: backup_status(kube, namespace, "db-final").get("phase") == "Completed",
+             timeout=120)
+    wait_for("the SampleDB to go", lambda: not kube.custom.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL)["items"], timeout=120)
+    log = op.logs()
+    assert "Forbidden" not in log and "403" not in log, [ln for ln in log.splitlines() if "403" in ln or "Forbidden" in ln]
+
+    # what the ClusterRole does not grant is refused (authorization comes before the lookup, so the pod
+    # need not exist): the roles label pods, they never delete them
+    refused = subprocess.run([kube.kubectl_path, f"--kubeconfig={config}", "-n", namespace, "delete", "pod", "db-0"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0
+    assert f'User "system:serviceaccount:{namespace}:{sa}" cannot delete resource "pods"' in refused.stderr, refused.stderr
