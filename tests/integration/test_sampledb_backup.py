@@ -44,6 +44,10 @@ def test_on_demand_backups_retention_and_schedule(kube: Kube, namespace: str, sa
     wait_for("the oldest backup to be pruned", lambda: [
         b["metadata"]["name"] for b in kube.custom.list_namespaced_custom_object(
             GROUP, VERSION, namespace, BACKUPS)["items"]] == ["b1", "b2"], timeout=60)
+    # and b0's file with it, by a Job on the backups volume
+    jobs = wait_for("the prune Job", lambda: [j for j in kube.batch.list_namespaced_job(namespace).items
+                                              if j.metadata.name.startswith("db-prune-")])
+    assert jobs[0].spec.template.spec.containers[0].command == ["rm", "-f", "--", "/backups/db/b0.sql.gz"]
     wait_for("the schedule to be suspended",
              lambda: kube.batch.read_namespaced_cron_job("db-backup", namespace).spec.suspend is True)
     table = kube.kubectl("-n", namespace, "get", "sdb", "db").stdout
