@@ -30,6 +30,16 @@ def widgets(kube: Kube, namespace: str, widget_crd: str) -> Widgets:
     return Widgets(kube, namespace)
 
 
+def stop_all(ops: list[OperatorProcess], request: pytest.FixtureRequest) -> None:
+    """Stops the test's operators; shows the end of their logs when the test failed."""
+    for op in ops:
+        op.stop()
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for op in ops:
+            print(f"\n--- {op.name} log ({op.log_path}) ---\n{op.logs()[-12000:]}")
+
+
 @pytest.fixture
 def start_operator(kube: Kube, namespace: str, widget_crd: str, tmp_path: Path,
                    request: pytest.FixtureRequest) -> Iterator[Callable[..., OperatorProcess]]:
@@ -43,12 +53,7 @@ def start_operator(kube: Kube, namespace: str, widget_crd: str, tmp_path: Path,
         return op.start(wait=wait)
 
     yield start
-    for op in started:
-        op.stop()
-    failed = getattr(request.node, "rep_call", None)
-    if failed is not None and failed.failed:
-        for op in started:
-            print(f"\n--- {op.name} log ({op.log_path}) ---\n{op.logs()[-8000:]}")
+    stop_all(started, request)
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
@@ -85,9 +90,4 @@ def sampledb_operators(kube: Kube, namespace: str, tmp_path: Path,
         return op
 
     yield start
-    for op in ops:
-        op.stop()
-    failed = getattr(request.node, "rep_call", None)
-    if failed is not None and failed.failed:
-        for op in ops:
-            print(f"\n--- {op.name} log ({op.log_path}) ---\n{op.logs()[-12000:]}")
+    stop_all(ops, request)
