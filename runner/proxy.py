@@ -78,6 +78,22 @@ class RequestInfo:
     subresource: str | None
 
 
+# Merge patches whose effect can be worked out here (server-side apply also moves field ownership).
+NOOP_CHECKED_PATCHES = ("application/strategic-merge-patch+json", "application/merge-patch+json")
+
+
+def patch_is_noop(patch: Any, current: Any) -> bool:
+    """True when applying ``patch`` (a strategic or JSON merge patch) to ``current`` changes nothing: every
+    value it sets is already there. Conservative: patch directives ($patch, $retainKeys, ...), nulls
+    (deletions) and lists that are not exactly equal all count as changes."""
+    if isinstance(patch, dict):
+        if not isinstance(current, dict):
+            return False
+        return all(not k.startswith("$") and v is not None and k in current and patch_is_noop(v, current[k])
+                   for k, v in patch.items())
+    return patch == current
+
+
 def parse_path(path: str) -> RequestInfo | None:
     """Kubernetes' RequestInfoFactory for resource requests: /api/v1/... and /apis/<g>/<v>/..."""
     parts = [p for p in path.split("/") if p]
@@ -247,10 +263,37 @@ class OwnerProxy:
             write_key = (info.group, info.resource, info.namespace or "", info.name)
             self.own_writes.begin(write_key)
         try:
+            if request.method == "PATCH" and info is not None and target is not None and info.name \
+                    and info.subresource is None and "dryRun" not in request.query:
+                unchanged = await self._current_if_noop(request, body)
+                if unchanged is not None:
+                    self._observe("GET", info, target, owner, unchanged)
+                    return web.Response(status=200, body=unchanged, content_type="application/json")
             return await self._forward(request, info, target, owner, headers, body)
         finally:
             if write_key is not None:
                 await self.own_writes.end(write_key)
+
+    async def _current_if_noop(self, request: web.Request, body: bytes | None) -> bytes | None:
+        """The object as it is, when this merge patch cannot change it: then the write is not sent. A role
+        that applies what is already there (kubernetes.core.k8s PATCHes on every run) costs the API server a
+        read, not a write, so an idle resync writes nothing."""
+        ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
+        if not body or ctype not in NOOP_CHECKED_PATCHES:
+            return None
+        try:
+            patch = json.loads(body)
+        except ValueError:
+            return None
+        async with self.api.request("GET", request.path) as upstream:
+            if upstream.status != 200:
+                return None
+            data = await upstream.read()
+        try:
+            current = json.loads(data)
+        except ValueError:
+            return None
+        return data if patch_is_noop(patch, current) else None
 
     async def _forward(self, request: web.Request, info: RequestInfo | None, target: tuple[str, bool] | None,
                        owner: Owner, headers: dict[str, str], body: bytes | None) -> web.StreamResponse:

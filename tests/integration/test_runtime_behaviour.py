@@ -101,7 +101,7 @@ def test_failures_back_off_exponentially(widgets: Widgets, start_operator) -> No
 def test_requeue_after_from_the_role(widgets: Widgets, start_operator) -> None:
     op = start_operator([widget_watch()])
     widgets.create("again", {"requeue": "1s"})
-    op.wait_for_log(r"run end: Widget \S+/again succeeded", count=4, timeout=30)
+    op.wait_for_log(r"run end: Widget \S+/again succeeded", count=4, timeout=90)
     reasons = re.findall(r"run start: Widget \S+/again .*\[(\w+)\]", op.logs())
     assert reasons[0] == "change" and set(reasons[1:]) == {"requeue"}
     # unlike upstream, requeue_after does not skip the status update of the run
