@@ -7,6 +7,12 @@ Scenarios:
   latency            ours only (warm and cold): create→Successful and no-op run latency
   failover           SIGTERM and SIGKILL of the leader: how soon the standby leads and converges a new CR
   dependents-memory  operator RSS with 5,000 unowned ConfigMaps vs none, ConfigMaps watched as dependents
+  sweep              both: 40 CRs at once → all Successful at 1, 2, 4 and 8 workers (--max-concurrent-reconciles),
+                     each one's best setting and the ratio best vs best
+  idle-1000          both: 1,000 CRs converged (workers: --peer-workers / --ours-workers, else each one's best
+                     in sweep when it ran first, else IDLE_WORKERS), then operator RSS while idle, and the API
+                     server's write requests (benches, configmaps, events) during a resync of all 1,000 (ours:
+                     two, as its first resync after creation still rewrites status once; see IDLE_PASSES)
 With no scenario: all of them. Each table is also written to bench/results/<date>-<scenario>.md.
 """
 
@@ -28,28 +34,41 @@ from bench.harness import (
     PEER_VERSION,
     OperatorRun,
     StatusTracker,
+    WriteKey,
+    apiserver_writes,
     bench_cluster,
     create_benches,
+    delete_namespace,
     fresh_namespace,
     median,
     ours,
     patch_bench,
     pct,
     peer,
+    writes_between,
 )
 from tests.kube import Kube, wait_for
 
 RESULTS = HERE / "results"
 WATCHES = HERE / "watches.yaml"
-Impl = tuple[str, Callable[..., OperatorRun], str]  # (label, factory(kube, namespace, *args), ready log line)
+Impl = tuple[str, Callable[..., OperatorRun], str]  # (label, factory(kube, namespace, *args, **kw), ready log line)
+SWEEP_WORKERS = (1, 2, 4, 8)
+# Worker counts for idle-1000 run on its own (without sweep first): each one's best in the sweep of
+# bench/results/2026-11-22-sweep.md (2 cores, loaded by a concurrent test run).
+IDLE_WORKERS: dict[str, int | None] = {"peer": 8, "ours": 8}
+# Seconds per CR when converging many at once, to choose a reconcile period that starts the resync only
+# after all are converged (that sweep's best, rounded up); a sweep in the same run replaces them.
+PER_CR_ESTIMATE = {"peer": 2.1, "ours": 0.35, "ours-cold": 1.0}
 
 
 def impls(names: list[str]) -> list[Impl]:
     table: dict[str, Impl] = {
-        "peer": (f"Go ansible-operator {PEER_VERSION}", lambda k, ns, *a: peer(k, ns, WATCHES, *a), PEER_READY),
-        "ours": ("playbook-operator (warm)", lambda k, ns, *a: ours(k, ns, WATCHES, *a, executor="warm"), OURS_READY),
-        "ours-cold": ("playbook-operator (cold)", lambda k, ns, *a: ours(k, ns, WATCHES, *a, executor="cold"),
-                      OURS_READY),
+        "peer": (f"Go ansible-operator {PEER_VERSION}", lambda k, ns, *a, **kw: peer(k, ns, WATCHES, *a, **kw),
+                 PEER_READY),
+        "ours": ("playbook-operator (warm)", lambda k, ns, *a, **kw: ours(k, ns, WATCHES, *a, executor="warm", **kw),
+                 OURS_READY),
+        "ours-cold": ("playbook-operator (cold)",
+                      lambda k, ns, *a, **kw: ours(k, ns, WATCHES, *a, executor="cold", **kw), OURS_READY),
     }
     return [table[n] for n in names]
 
@@ -61,14 +80,17 @@ def header() -> list[str]:
             f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
             f"versions: playbook-operator (this tree), ansible-core {ansible.__version__}; peer {PEER_VERSION} "
             f"(its own venv); Kubernetes 1.34.4 (local control plane, kwok)",
-            "role: one kubernetes.core.k8s task applying a ConfigMap from the spec"]
+            "role: one kubernetes.core.k8s task applying a ConfigMap from the spec",
+            # Timings depend on what else the machine runs; memory and write counts do not.
+            "load average (1, 5, 15 min) when written: " + ", ".join(f"{x:.1f}" for x in os.getloadavg())]
 
 
-def write_table(name: str, columns: list[str], rows: list[list[str]]) -> None:
+def write_table(name: str, columns: list[str], rows: list[list[str]], notes: list[str] | None = None) -> None:
     widths = [max(len(str(r[i])) for r in [columns, *rows]) for i in range(len(columns))]
     fmt = "| " + " | ".join(f"{{:{w}}}" for w in widths) + " |"
     lines = [f"## {name}", "", *header(), "", fmt.format(*columns),
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|", *[fmt.format(*r) for r in rows]]
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|", *[fmt.format(*r) for r in rows],
+             *(["", *[f"- {note}" for note in notes]] if notes else [])]
     text = "\n".join(lines) + "\n"
     print(text, flush=True)
     RESULTS.mkdir(exist_ok=True)
@@ -98,29 +120,35 @@ def measure_latency(kube: Kube, impl: Impl, noops: int = 20, creates: int = 5) -
         op.stop()
 
 
-def measure_burst(kube: Kube, impl: Impl, n: int, workers: int | None = None) -> dict[str, float]:
+def worker_args(workers: int | None) -> list[str]:
+    return ["--max-concurrent-reconciles", str(workers)] if workers else []
+
+
+def measure_burst(kube: Kube, impl: Impl, n: int, workers: int | None = None,
+                  spec_change: bool = True) -> dict[str, float]:
     _, factory, ready = impl
     ns = fresh_namespace(kube, f"bench-burst{n}")
-    args = ["--max-concurrent-reconciles", str(workers)] if workers else []
-    op = factory(kube, ns, *args).start(ready)
+    op = factory(kube, ns, *worker_args(workers)).start(ready)
     tracker = StatusTracker(kube, ns)
     tracker.start()
     try:
         names = [f"b{i}" for i in range(n)]
         t0 = create_benches(kube, ns, names)
         created = tracker.wait_done(names, t0, timeout=1800) - t0
-        t1 = time.monotonic()
-        for name in names:
-            patch_bench(kube, ns, name, {"value": "changed"})
-        changed = tracker.wait_done(names, t1, timeout=1800) - t1
         w = workers or os.cpu_count()
-        return {f"{n} CRs at once → all Successful ({w} workers) [s]": created,
-                f"spec change on all {n} → all done ({w} workers) [s]": changed,
-                f"RSS after {n} CRs (operator + children) [MB]": op.rss_mb()}
+        figures = {f"{n} CRs at once → all Successful ({w} workers) [s]": created}
+        if spec_change:
+            t1 = time.monotonic()
+            for name in names:
+                patch_bench(kube, ns, name, {"value": "changed"})
+            figures[f"spec change on all {n} → all done ({w} workers) [s]"] = tracker.wait_done(names, t1,
+                                                                                                timeout=1800) - t1
+        figures[f"RSS after {n} CRs (operator + children) [MB]"] = op.rss_mb()
+        return figures
     finally:
         tracker.stop()
         op.stop()
-        kube.core.delete_namespace(ns)
+        delete_namespace(kube, ns)
 
 
 def compare(kube: Kube, names: list[str], sizes: list[int], workers: int | None) -> None:
@@ -132,16 +160,33 @@ def compare(kube: Kube, names: list[str], sizes: list[int], workers: int | None)
         for n in sizes:
             results[impl[0]].update(measure_burst(kube, impl, n, workers))
     labels = [label for label, _, _ in chosen]
-    measures = list(results[labels[0]])
+    write_table("compare", *side_by_side(labels, results))
+
+
+def fmt(measure: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if measure.endswith("[MB]"):
+        return f"{value:.0f}"
+    return f"{value:.2f}" if measure.endswith("[s]") else f"{value:g}"
+
+
+def side_by_side(labels: list[str], results: dict[str, dict[str, float]],
+                 no_ratio: frozenset[str] = frozenset()) -> tuple[list[str], list[list[str]]]:
+    """Columns and rows: one row per measure (in first-seen order), one column per implementation and,
+    when the peer comes first, peer / ours (above 1: ours is faster, smaller or writes less) except for
+    the settings in ``no_ratio``."""
+    measures = list(dict.fromkeys(m for lab in labels for m in results[lab]))
+    with_ratio = labels[0].startswith("Go") and len(labels) > 1
     rows = []
     for m in measures:
         values = [results[lab].get(m) for lab in labels]
-        row = [m, *[f"{v:.2f}" if v is not None else "-" for v in values]]
-        if labels[0].startswith("Go") and len(labels) > 1 and values[0] and values[1]:
-            row.append(f"{values[0] / values[1]:.1f}x")
+        row = [m, *[fmt(m, v) for v in values]]
+        if with_ratio:
+            row.append(f"{values[0] / values[1]:.1f}x" if values[0] is not None and values[1] and m not in no_ratio
+                       else "-")
         rows.append(row)
-    ratio = ["peer / ours"] if labels[0].startswith("Go") and len(labels) > 1 else []
-    write_table("compare", ["measure", *labels, *ratio], rows)
+    return ["measure", *labels, *(["peer / ours"] if with_ratio else [])], rows
 
 
 def failover(kube: Kube) -> None:
@@ -205,7 +250,164 @@ def latency(kube: Kube) -> None:
     write_table("latency", ["measure", *labels], [[m, *[f"{res[lab][m]:.2f}" for lab in labels]] for m in res[labels[0]]])
 
 
-SCENARIOS = ("compare", "latency", "failover", "dependents-memory")
+def sweep(kube: Kube, names: list[str], n: int = 40,
+          counts: tuple[int, ...] = SWEEP_WORKERS) -> dict[str, tuple[int, float]]:
+    """N CRs at once at each worker count; returns each implementation's best (workers, seconds)."""
+    chosen = dict(zip(names, impls(names), strict=True))
+    times: dict[str, dict[int, float]] = {name: {} for name in names}
+    for w in counts:  # implementations alternate at each setting, so that drifting load hits both alike
+        for name, impl in chosen.items():
+            print(f"# {impl[0]}: {n} CRs at {w} workers ...", flush=True)
+            figures = measure_burst(kube, impl, n, w, spec_change=False)
+            times[name][w] = next(iter(figures.values()))
+    best = {name: min(t.items(), key=lambda wt: wt[1]) for name, t in times.items()}
+    labels = [impl[0] for impl in chosen.values()]
+    results = {impl[0]: {f"{n} CRs at once → all Successful, {w} workers [s]": times[name][w] for w in counts}
+               for name, impl in chosen.items()}
+    columns, rows = side_by_side(labels, results)
+    best_row = [f"{n} CRs at once → all Successful, best setting of each [s]",
+                *[f"{best[name][1]:.2f} ({best[name][0]} workers)" for name in names]]
+    if len(columns) > len(best_row):
+        best_row.append(f"{best[names[0]][1] / best[names[1]][1]:.1f}x")
+    write_table("sweep", columns, [*rows, best_row], notes=[
+        f"workers: --max-concurrent-reconciles (per kind, the same flag for both); one run per cell, in the "
+        f"order {', '.join(f'{w}:' + '/'.join(names) for w in counts)}"])
+    return best
+
+
+WORKERS, PERIOD, RUNS = "workers (--max-concurrent-reconciles)", "reconcile period set [s]", "runs"
+# Resync passes measured in idle-1000. Our first resync after creation still writes status once per
+# object (the ansibleResult's "changed" count goes from 1 to 0); the second is the idle steady state.
+# The peer updates status twice in every run whatever the result (markRunning, markDone), so one pass
+# of it (10 to 35 minutes for 1,000 on 2 cores) shows its steady state.
+IDLE_PASSES = {"peer": 1, "ours": 2, "ours-cold": 2}
+
+
+def idle_period(n: int, per_cr: float) -> float:
+    """A reconcile period long enough that the first object's resync comes after the last one converged
+    (so the operator is idle in between and the resync pass is a pass of its own). Generous: runs of
+    1,000 queued objects were slower per object than those of 40 in the sweep."""
+    return round(max(60.0, 1.5 * per_cr * n + 120))
+
+
+def measure_idle(kube: Kube, impl: Impl, n: int, workers: int | None, period: float, passes: int = 1,
+                 settle: float = 20, idle_window: float = 30,
+                 max_pass: float | None = None) -> tuple[dict[str, float], list[str]]:
+    """N CRs converged, then: RSS and API writes while idle; API writes during each of ``passes`` resyncs
+    of all N (by resource, verb and code), each cut short after ``max_pass`` seconds if given (the
+    writes per run still hold). Returns the figures and warnings."""
+    _, factory, ready = impl
+    ns = fresh_namespace(kube, f"bench-idle{n}")
+    op = factory(kube, ns, *worker_args(workers), extra_env={"BENCH_RECONCILE_PERIOD": f"{period:.0f}s"})
+    op.start(ready)
+    tracker = StatusTracker(kube, ns)
+    tracker.start()
+    warnings = []
+    try:
+        names = [f"i{i}" for i in range(n)]
+        t0 = create_benches(kube, ns, names)
+        converged = tracker.wait_done(names, t0, timeout=max(1800, 3 * period)) - t0
+        first_done = min(tracker.completion[name][1] for name in names) - t0
+        time.sleep(settle)  # let the last status writes and the runtime settle
+        before, rss_idle = apiserver_writes(kube), op.rss_mb()
+        time.sleep(idle_window)
+        after, runs_before = apiserver_writes(kube), op.reconciles()
+        figures = {WORKERS: float(workers or os.cpu_count() or 1),
+                   f"{n} CRs at once → all Successful [s]": converged,
+                   f"RSS idle with {n} CRs (operator + children) [MB]": rss_idle,
+                   f"API writes while idle for {idle_window:.0f} s": sum(writes_between(before, after).values()),
+                   PERIOD: period}
+        if runs_before > n or first_done + period < converged + settle + idle_window:
+            warnings.append(f"{impl[0]}: resyncs began before the idle measure ended (converged after "
+                            f"{converged:.0f} s, period {period:.0f} s): 'while idle' is not idle")
+        for k in range(1, passes + 1):
+            before = after
+            timeout = period + 3 * converged + 600 if max_pass is None else period + max_pass
+            started, finished = resync_pass(op, runs_before, (k + 1) * n, timeout)
+            if op.reconciles() < (k + 1) * n:
+                warnings.append(f"{impl[0]}: resync {k} cut short after {max_pass:.0f} s (--idle-max-pass)")
+            time.sleep(settle)  # a run's result is counted just before its status write
+            after, runs = apiserver_writes(kube), op.reconciles()
+            figures.update(pass_figures(k, n, runs - runs_before, finished - started, writes_between(before, after)))
+            runs_before = runs
+        figures["RSS after the last resync [MB]"] = op.rss_mb()
+        return figures, warnings
+    finally:
+        tracker.stop()
+        op.stop()
+        delete_namespace(kube, ns)
+
+
+def pass_figures(k: int, n: int, runs: float, seconds: float, writes: dict[WriteKey, float]) -> dict[str, float]:
+    figures = {f"resync {k} of all {n}: {RUNS}": runs,
+               f"resync {k} of all {n}: first run to last [s]": seconds,
+               f"resync {k} of all {n}: API writes": sum(writes.values()),
+               f"resync {k} of all {n}: API writes per run": sum(writes.values()) / runs if runs else 0.0}
+    for (what, verb, code), count in sorted(writes.items()):
+        figures[f"resync {k}: {verb} {what} (HTTP {code})"] = count
+    return figures
+
+
+def resync_pass(op: OperatorRun, runs_before: float, target: float, timeout: float) -> tuple[float, float]:
+    """Waits until the operator has finished ``target`` reconciles in all (each object's first run plus
+    its resync: the resync leaves the status as it is, so only the operator's own count shows it);
+    returns when the first resync run and the last one were seen to finish (1 s resolution); stops
+    waiting after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    started = None
+    while (runs := op.reconciles()) < target:
+        if started is None and runs > runs_before:
+            started = time.monotonic()
+        if time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    finished = time.monotonic()
+    return started or finished, finished
+
+
+def idle_row_order(measure: str) -> tuple[int, int]:
+    """Idle measures first, then each resync's figures followed by its writes, then the final RSS (a
+    stable sort keeps the order within each group)."""
+    if measure.startswith("resync "):
+        k = int(measure.split()[1].rstrip(":"))
+        return k, 0 if " of all " in measure else 1
+    return (1_000, 0) if measure.startswith("RSS after") else (0, 0)
+
+
+def idle(kube: Kube, names: list[str], n: int, workers: dict[str, int | None], per_cr: dict[str, float],
+         how_chosen: str, periods: dict[str, float], max_pass: float | None = None,
+         passes: int | None = None) -> None:
+    """Runs in the order of ``names``; the table has the peer first, as the other tables."""
+    results: dict[str, dict[str, float]] = {}
+    notes = []
+    for name, impl in zip(names, impls(names), strict=True):
+        resync = periods.get(name) or idle_period(n, per_cr[name])
+        count = IDLE_PASSES[name] if passes is None else passes
+        print(f"# {impl[0]}: {n} CRs at {workers[name] or 'default'} workers, then {count} "
+              f"resync(s) (period {resync:.0f} s) ...", flush=True)
+        results[impl[0]], warnings = measure_idle(kube, impl, n, workers[name], resync, count, max_pass=max_pass)
+        notes += warnings
+    labels = [impl[0] for impl in impls(sorted(names, key=["peer", "ours", "ours-cold"].index))]
+    no_ratio = frozenset({WORKERS, PERIOD, *(m for r in results.values() for m in r if m.endswith(RUNS))})
+    columns, rows = side_by_side(labels, results, no_ratio)
+    rows.sort(key=lambda row: idle_row_order(row[0]))
+    # One implementation alone (run on another cluster meanwhile, say) gets a file of its own.
+    write_table(f"idle-{n}" + ("" if len(names) > 1 else f"-{names[0]}"), columns, rows, notes=[
+        f"workers: {how_chosen}",
+        "API writes: the API server's apiserver_request_total (from its /metrics, admin credentials), verbs "
+        "POST, PUT, PATCH, APPLY, DELETE, DELETECOLLECTION, any HTTP code, resources benches (any "
+        "subresource), configmaps and events (core and events.k8s.io): everything the bench role and an "
+        "operator write for it; Leases and the control plane's own objects are left out. A resync's window "
+        "runs from the end of the previous measure until the operator's ansible_operator_reconcile_result "
+        "count shows one more run of every object, plus 20 s.",
+        "Resyncs measured: " + ", ".join(f"{name} {IDLE_PASSES[name] if passes is None else passes}"
+                                         for name in names) + " (our first resync "
+        "after creation rewrites status once, its ansibleResult changed count going from 1 to 0; the peer "
+        "writes status twice on every run whatever the result).",
+        *notes])
+
+
+SCENARIOS = ("compare", "sweep", "idle-1000", "latency", "failover", "dependents-memory")
 
 
 def main(argv: list[str]) -> int:
@@ -213,9 +415,22 @@ def main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenario", nargs="*", help=f"any of {', '.join(SCENARIOS)} (default: all)")
     parser.add_argument("--impl", action="append", choices=("peer", "ours", "ours-cold"),
-                        help="implementations for compare, in column order (default: peer, ours)")
+                        help="implementations for compare, sweep and idle-1000, in column order (default: peer, ours)")
     parser.add_argument("--n", type=int, action="append", help="CRs at once for compare (default: 40 and 200)")
-    parser.add_argument("--workers", type=int, help="--max-concurrent-reconciles for both (default: each one's own)")
+    parser.add_argument("--workers", type=int, help="--max-concurrent-reconciles for both in compare "
+                        "(default: each one's own)")
+    parser.add_argument("--peer-workers", type=int, help="the peer's workers in idle-1000 (default: its best "
+                        f"in sweep when sweep runs too, else {IDLE_WORKERS['peer']})")
+    parser.add_argument("--ours-workers", type=int, help="our workers in idle-1000 (default: the best in sweep "
+                        "when sweep runs too, else our own default)")
+    parser.add_argument("--idle-n", type=int, default=1000, help="CRs in idle-1000 (default: %(default)s)")
+    parser.add_argument("--idle-period", action="append", default=[], metavar="[IMPL=]SECONDS",
+                        help="reconcile period in idle-1000, for all or one implementation (default: long enough "
+                        "that the resync starts after all are converged)")
+    parser.add_argument("--idle-max-pass", type=float, help="stop counting a resync in idle-1000 after this many "
+                        "seconds (the writes per run still hold; default: wait for every object)")
+    parser.add_argument("--idle-passes", type=int, help="resyncs to measure in idle-1000 (default: IDLE_PASSES; "
+                        "0: only the idle measure)")
     args = parser.parse_args(argv)
     unknown = set(args.scenario) - set(SCENARIOS)
     if unknown:
@@ -223,8 +438,20 @@ def main(argv: list[str]) -> int:
     chosen = args.scenario or list(SCENARIOS)
     os.environ.setdefault("BENCH_RECONCILE_PERIOD", "10h")
     kube = bench_cluster()
+    names = args.impl or ["peer", "ours"]
     if "compare" in chosen:
-        compare(kube, args.impl or ["peer", "ours"], args.n or [40, 200], args.workers)
+        compare(kube, names, args.n or [40, 200], args.workers)
+    best = sweep(kube, names) if "sweep" in chosen else {}
+    if "idle-1000" in chosen:
+        given = {"peer": args.peer_workers, "ours": args.ours_workers}
+        workers = {n: given.get(n) or (best[n][0] if n in best else IDLE_WORKERS.get(n)) for n in names}
+        per_cr = {n: best[n][1] / 40 if n in best else PER_CR_ESTIMATE[n] for n in names}
+        how = ", ".join(f"{n} {workers[n] or 'its default'}"
+                        f" ({'given' if given.get(n) else 'best in the sweep' if n in best else 'preset'})"
+                        for n in names)
+        periods = dict(p.split("=", 1) if "=" in p else (n, p) for p in args.idle_period for n in names)
+        idle(kube, names, args.idle_n, workers, per_cr, how, {n: float(v) for n, v in periods.items()},
+             args.idle_max_pass, args.idle_passes)
     if "latency" in chosen:
         latency(kube)
     if "failover" in chosen:

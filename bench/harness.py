@@ -10,11 +10,13 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
+from prometheus_client.parser import text_string_to_metric_families
 
 from localcluster.build import binary
 from localcluster.cluster import LocalCluster
@@ -43,6 +45,23 @@ def fresh_namespace(kube: Kube, prefix: str) -> str:
     name = f"{prefix}-{int(time.time() * 1000) % 10_000_000}"
     kube.core.create_namespace({"metadata": {"name": name}})
     return name
+
+
+def delete_namespace(kube: Kube, name: str, timeout: float = 600) -> None:
+    """Deletes a namespace and waits until it is gone, so that its objects' deletion (thousands of API
+    writes) neither slows nor shows up in the next measurement."""
+    kube.core.delete_namespace(name)
+
+    def gone() -> bool:
+        try:
+            kube.core.read_namespace(name)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    wait_for(f"namespace {name} deleted", gone, timeout=timeout, interval=1)
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -78,6 +97,7 @@ class OperatorRun:
     cmd: list[str]
     env: dict[str, str]
     cwd: Path
+    metrics_port: int | None = None
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="bench-op-", suffix=".log")[1]))
 
@@ -96,6 +116,13 @@ class OperatorRun:
     def rss_mb(self) -> float:
         assert self.proc is not None
         return tree_rss_mb(self.proc.pid)
+
+    def reconciles(self) -> float:
+        """Finished reconciles so far, from the operator's /metrics: both expose upstream's
+        ``ansible_operator_reconcile_result`` (a gauge there, a counter here), counted once a run ends."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        return sum(value for _, value in samples(text, "ansible_operator_reconcile_result"))
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -119,10 +146,11 @@ def ours(kube: Kube, namespace: str | None, watches: Path, *args: str, executor:
         env["WATCH_NAMESPACE"] = namespace
     env.update(extra_env or {})
     env.setdefault("BENCH_RECONCILE_PERIOD", "10h")  # bench/watches.yaml: ${BENCH_RECONCILE_PERIOD}
+    port = _free_port()
     cmd = [sys.executable, "-m", "runner", "run", "--watches-file", str(watches),
-           "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0",
+           "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", f"127.0.0.1:{port}",
            "--artifacts-dir", tempfile.mkdtemp(prefix="bench-artifacts-"), "--executor", executor, *args]
-    return OperatorRun(f"playbook-operator ({executor})", cmd, env, watches.parent)
+    return OperatorRun(f"playbook-operator ({executor})", cmd, env, watches.parent, port)
 
 
 class StatusTracker(threading.Thread):
@@ -194,6 +222,39 @@ def patch_bench(kube: Kube, namespace: str, name: str, spec: dict[str, Any]) -> 
     return t0
 
 
+def samples(text: str, family: str) -> list[tuple[dict[str, str], float]]:
+    """The samples of one metric family in a Prometheus text exposition (a counter's ``_created`` left out)."""
+    return [(s.labels, s.value) for fam in text_string_to_metric_families(text) if fam.name == family
+            for s in fam.samples if not s.name.endswith("_created")]
+
+
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
+# What an operator running the bench role writes: the Bench objects (status, finalizers), the role's
+# ConfigMaps and Events. Other resources (Leases renewed by the control plane every few seconds) are noise.
+TOUCHED = frozenset({(GROUP, PLURAL), ("", "configmaps"), ("", "events"), ("events.k8s.io", "events")})
+WriteKey = tuple[str, str, str]  # (resource[/subresource], verb, HTTP code)
+
+
+def apiserver_writes(kube: Kube) -> dict[WriteKey, float]:
+    """Write requests the API server has served so far to the resources in TOUCHED, from its own
+    ``apiserver_request_total`` (every code: a refused or conflicting write is still a request)."""
+    params = kube.api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    resp = kube.api.call_api(*params)
+    resp.read()
+    counts: dict[WriteKey, float] = {}
+    for labels, value in samples(resp.data.decode(), "apiserver_request"):
+        if labels.get("verb") in WRITE_VERBS and (labels.get("group", ""), labels.get("resource")) in TOUCHED:
+            what = labels["resource"] + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+            what += " (dry run)" if labels.get("dry_run") else ""
+            key = (what, labels["verb"], labels.get("code", ""))
+            counts[key] = counts.get(key, 0.0) + value
+    return counts
+
+
+def writes_between(before: dict[WriteKey, float], after: dict[WriteKey, float]) -> dict[WriteKey, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+
+
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
@@ -225,19 +286,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def peer(kube: Kube, namespace: str | None, watches: Path, *args: str) -> OperatorRun:
+def peer(kube: Kube, namespace: str | None, watches: Path, *args: str,
+         extra_env: dict[str, str] | None = None) -> OperatorRun:
     prefix = build_peer()
     env = kube.env()
     env.pop("WATCH_NAMESPACE", None)
     if namespace:
         env["WATCH_NAMESPACE"] = namespace
+    env.update(extra_env or {})
     site = next((prefix / "venv" / "lib").glob("python3*/site-packages"))
     env.setdefault("BENCH_RECONCILE_PERIOD", "10h")
     env.update({"PATH": f"{prefix / 'venv' / 'bin'}:{env['PATH']}", "ANSIBLE_COLLECTIONS_PATH": str(site),
                 "ANSIBLE_GATHERING": "explicit", "HOME": env.get("HOME", "/root")})
+    port = _free_port()  # plain HTTP: the peer serves metrics securely only with --metrics-secure
     cmd = [str(prefix / "bin" / "ansible-operator"), "run", "--watches-file", str(watches),
-           "--health-probe-bind-address", f"127.0.0.1:{_free_port()}", "--metrics-bind-address", "0", *args]
-    return OperatorRun(f"Go ansible-operator {PEER_VERSION}", cmd, env, watches.parent)
+           "--health-probe-bind-address", f"127.0.0.1:{_free_port()}", "--metrics-bind-address", f"127.0.0.1:{port}",
+           *args]
+    return OperatorRun(f"Go ansible-operator {PEER_VERSION}", cmd, env, watches.parent, port)
 
 
 PEER_READY = "Starting workers"
