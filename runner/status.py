@@ -52,28 +52,27 @@ def set_condition(conditions: list[dict[str, Any]], new: dict[str, Any]) -> list
         new["lastTransitionTime"] = old["lastTransitionTime"]
     else:
         new["lastTransitionTime"] = now()
-    if old is not None and _same(old, new, ignore_completion=False):
+    if old is not None and _same(old, new, ignore_result=False):
         return conditions
     return [c for c in conditions if not (isinstance(c, dict) and c.get("type") == new["type"])] + [new]
 
 
-def _same(a: dict[str, Any], b: dict[str, Any], ignore_completion: bool) -> bool:
+def _same(a: dict[str, Any], b: dict[str, Any], ignore_result: bool) -> bool:
     def norm(c: dict[str, Any]) -> dict[str, Any]:
-        c = {k: v for k, v in c.items() if k != "lastTransitionTime"}
-        if ignore_completion and isinstance(c.get("ansibleResult"), dict):
-            c["ansibleResult"] = {k: v for k, v in c["ansibleResult"].items() if k != "completion"}
-        return c
+        return {k: v for k, v in c.items() if k != "lastTransitionTime" and not (ignore_result and k == "ansibleResult")}
 
     return norm(a) == norm(b)
 
 
 def conditions_equivalent(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
-    """Equal but for transition and completion times: the test for "an idle resync writes nothing"."""
+    """Equal but for transition times and the run's counts (ansibleResult): the test for "an idle resync
+    writes nothing". A resync that succeeds as the last run did changes nothing a user acts on; its counts
+    differ from the creating run's (nothing left to create) and would cost a write per object per resync."""
     if len(a) != len(b):
         return False
     for ca in a:
         cb = get_condition(b, ca.get("type", ""))
-        if cb is None or not _same(ca, cb, ignore_completion=True):
+        if cb is None or not _same(ca, cb, ignore_result=True):
             return False
     return True
 

@@ -39,9 +39,9 @@ def test_custom_conditions_survive() -> None:
     assert status.get_condition(c, "Ready") == custom[0]
 
 
-def test_idle_resync_equivalence_ignores_completion_time_only() -> None:
-    a = status.done([], True, {"ok": 1, "changed": 0, "skipped": 0, "failures": 0, "completion": "t1"}, [])
+def test_idle_resync_equivalence_ignores_the_runs_counts_not_its_outcome() -> None:
+    a = status.done([], True, {"ok": 1, "changed": 1, "skipped": 0, "failures": 0, "completion": "t1"}, [])
     b = status.done(a, True, {"ok": 1, "changed": 0, "skipped": 0, "failures": 0, "completion": "t2"}, [])
     assert b != a and status.conditions_equivalent(a, b)
-    c = status.done(a, True, {"ok": 2, "changed": 0, "skipped": 0, "failures": 0, "completion": "t3"}, [])
-    assert not status.conditions_equivalent(a, c)
+    failed = status.done(a, False, {"ok": 0, "changed": 0, "skipped": 0, "failures": 1, "completion": "t3"}, ["boom"])
+    assert not status.conditions_equivalent(a, failed)
