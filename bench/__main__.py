@@ -73,22 +73,23 @@ def impls(names: list[str]) -> list[Impl]:
     return [table[n] for n in names]
 
 
-def header() -> list[str]:
+def header(role: str = "one kubernetes.core.k8s task applying a ConfigMap from the spec") -> list[str]:
     import ansible
 
     return [f"date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}",
             f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
             f"versions: playbook-operator (this tree), ansible-core {ansible.__version__}; peer {PEER_VERSION} "
             f"(its own venv); Kubernetes 1.34.4 (local control plane, kwok)",
-            "role: one kubernetes.core.k8s task applying a ConfigMap from the spec",
+            f"role: {role}",
             # Timings depend on what else the machine runs; memory and write counts do not.
             "load average (1, 5, 15 min) when written: " + ", ".join(f"{x:.1f}" for x in os.getloadavg())]
 
 
-def write_table(name: str, columns: list[str], rows: list[list[str]], notes: list[str] | None = None) -> None:
+def write_table(name: str, columns: list[str], rows: list[list[str]], notes: list[str] | None = None,
+                role: str | None = None) -> None:
     widths = [max(len(str(r[i])) for r in [columns, *rows]) for i in range(len(columns))]
     fmt = "| " + " | ".join(f"{{:{w}}}" for w in widths) + " |"
-    lines = [f"## {name}", "", *header(), "", fmt.format(*columns),
+    lines = [f"## {name}", "", *(header(role) if role else header()), "", fmt.format(*columns),
              "|" + "|".join("-" * (w + 2) for w in widths) + "|", *[fmt.format(*r) for r in rows],
              *(["", *[f"- {note}" for note in notes]] if notes else [])]
     text = "\n".join(lines) + "\n"
