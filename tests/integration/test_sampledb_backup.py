@@ -50,8 +50,8 @@ def test_on_demand_backups_retention_and_schedule(kube: Kube, namespace: str, sa
     assert jobs[0].spec.template.spec.containers[0].command == ["rm", "-f", "--", "/backups/db/b0.sql.gz"]
     wait_for("the schedule to be suspended",
              lambda: kube.batch.read_namespaced_cron_job("db-backup", namespace).spec.suspend is True)
-    table = kube.kubectl("-n", namespace, "get", "sdb", "db").stdout
-    assert "Ready" in table
+    # BackingUp while a backup ran, Ready again after (what `kubectl get sdb` shows)
+    wait_for("kubectl get sdb to show Ready", lambda: " Ready " in kube.kubectl("-n", namespace, "get", "sdb", "db").stdout)
 
 
 def test_scheduled_backups_are_recorded(kube: Kube, namespace: str, sampledb_operators) -> None:

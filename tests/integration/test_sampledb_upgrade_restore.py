@@ -51,14 +51,14 @@ def test_restore_builds_a_new_database_from_a_backup(kube: Kube, namespace: str,
     # restored instead of bootstrapped, and Ready only after the restore
     assert not kube.batch.list_namespaced_job(namespace, field_selector="metadata.name=copy-init").items
     assert db["status"]["initialized"] is True and condition(db, "Ready")["status"] == "True"
-    assert events(kube, namespace, "Restored")
+    assert wait_for("a Restored event", lambda: events(kube, namespace, "Restored"))
 
     # a backup that does not exist: the database says so, naming the field, and never becomes Ready
     create(kube, namespace, "nope", replicas=1, restoreFrom={"backup": "no-such-backup"})
     db = wait_phase(kube, namespace, "nope", "Failed", timeout=60)
     msg = condition(db, "Ready")["message"]
     assert msg.startswith("spec.restoreFrom.backup: SampleDBBackup no-such-backup does not exist"), msg
-    assert events(kube, namespace, "RestoreFailed")
+    assert wait_for("a RestoreFailed event", lambda: events(kube, namespace, "RestoreFailed"))  # after the status
 
 
 def test_minor_upgrade_updates_replicas_first_and_the_primary_last(kube: Kube, namespace: str,
