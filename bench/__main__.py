@@ -59,6 +59,7 @@ IDLE_WORKERS: dict[str, int | None] = {"peer": 8, "ours": 8}
 # Seconds per CR when converging many at once, to choose a reconcile period that starts the resync only
 # after all are converged (that sweep's best, rounded up); a sweep in the same run replaces them.
 PER_CR_ESTIMATE = {"peer": 2.1, "ours": 0.35, "ours-cold": 1.0}
+BENCH_ROLE = "one kubernetes.core.k8s task applying a ConfigMap from the spec"
 
 
 def impls(names: list[str]) -> list[Impl]:
@@ -73,7 +74,7 @@ def impls(names: list[str]) -> list[Impl]:
     return [table[n] for n in names]
 
 
-def header(role: str = "one kubernetes.core.k8s task applying a ConfigMap from the spec") -> list[str]:
+def header(role: str) -> list[str]:
     import ansible
 
     return [f"date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}",
@@ -86,10 +87,10 @@ def header(role: str = "one kubernetes.core.k8s task applying a ConfigMap from t
 
 
 def write_table(name: str, columns: list[str], rows: list[list[str]], notes: list[str] | None = None,
-                role: str | None = None) -> None:
+                role: str = BENCH_ROLE) -> None:
     widths = [max(len(str(r[i])) for r in [columns, *rows]) for i in range(len(columns))]
     fmt = "| " + " | ".join(f"{{:{w}}}" for w in widths) + " |"
-    lines = [f"## {name}", "", *(header(role) if role else header()), "", fmt.format(*columns),
+    lines = [f"## {name}", "", *header(role), "", fmt.format(*columns),
              "|" + "|".join("-" * (w + 2) for w in widths) + "|", *[fmt.format(*r) for r in rows],
              *(["", *[f"- {note}" for note in notes]] if notes else [])]
     text = "\n".join(lines) + "\n"
@@ -245,10 +246,8 @@ def dependents_memory(kube: Kube, count: int = 5000) -> None:
 
 
 def latency(kube: Kube) -> None:
-    chosen = impls(["ours", "ours-cold"])
-    res = {impl[0]: measure_latency(kube, impl) for impl in chosen}
-    labels = list(res)
-    write_table("latency", ["measure", *labels], [[m, *[f"{res[lab][m]:.2f}" for lab in labels]] for m in res[labels[0]]])
+    res = {impl[0]: measure_latency(kube, impl) for impl in impls(["ours", "ours-cold"])}
+    write_table("latency", *side_by_side(list(res), res))
 
 
 def sweep(kube: Kube, names: list[str], n: int = 40,
@@ -324,9 +323,10 @@ def measure_idle(kube: Kube, impl: Impl, n: int, workers: int | None, period: fl
         for k in range(1, passes + 1):
             before = after
             timeout = period + 3 * converged + 600 if max_pass is None else period + max_pass
-            started, finished = resync_pass(op, runs_before, (k + 1) * n, timeout)
-            if op.reconciles() < (k + 1) * n:
-                warnings.append(f"{impl[0]}: resync {k} cut short after {max_pass:.0f} s (--idle-max-pass)")
+            started, finished, seen = resync_pass(op, runs_before, (k + 1) * n, timeout)
+            if seen < (k + 1) * n:
+                cut = f"{timeout:.0f} s" if max_pass is None else f"{max_pass:.0f} s (--idle-max-pass)"
+                warnings.append(f"{impl[0]}: resync {k} cut short after {cut}")
             time.sleep(settle)  # a run's result is counted just before its status write
             after, runs = apiserver_writes(kube), op.reconciles()
             figures.update(pass_figures(k, n, runs - runs_before, finished - started, writes_between(before, after)))
@@ -349,11 +349,12 @@ def pass_figures(k: int, n: int, runs: float, seconds: float, writes: dict[Write
     return figures
 
 
-def resync_pass(op: OperatorRun, runs_before: float, target: float, timeout: float) -> tuple[float, float]:
+def resync_pass(op: OperatorRun, runs_before: float, target: float,
+                timeout: float) -> tuple[float, float, float]:
     """Waits until the operator has finished ``target`` reconciles in all (each object's first run plus
     its resync: the resync leaves the status as it is, so only the operator's own count shows it);
-    returns when the first resync run and the last one were seen to finish (1 s resolution); stops
-    waiting after ``timeout`` seconds."""
+    returns when the first resync run and the last one were seen to finish (1 s resolution) and the
+    count last seen; stops waiting after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     started = None
     while (runs := op.reconciles()) < target:
@@ -363,7 +364,7 @@ def resync_pass(op: OperatorRun, runs_before: float, target: float, timeout: flo
             break
         time.sleep(1)
     finished = time.monotonic()
-    return started or finished, finished
+    return started or finished, finished, runs
 
 
 def idle_row_order(measure: str) -> tuple[int, int]:
@@ -381,12 +382,13 @@ def idle(kube: Kube, names: list[str], n: int, workers: dict[str, int | None], p
     """Runs in the order of ``names``; the table has the peer first, as the other tables."""
     results: dict[str, dict[str, float]] = {}
     notes = []
+    counts = {name: IDLE_PASSES[name] if passes is None else passes for name in names}
     for name, impl in zip(names, impls(names), strict=True):
         resync = periods.get(name) or idle_period(n, per_cr[name])
-        count = IDLE_PASSES[name] if passes is None else passes
-        print(f"# {impl[0]}: {n} CRs at {workers[name] or 'default'} workers, then {count} "
+        print(f"# {impl[0]}: {n} CRs at {workers[name] or 'default'} workers, then {counts[name]} "
               f"resync(s) (period {resync:.0f} s) ...", flush=True)
-        results[impl[0]], warnings = measure_idle(kube, impl, n, workers[name], resync, count, max_pass=max_pass)
+        results[impl[0]], warnings = measure_idle(kube, impl, n, workers[name], resync, counts[name],
+                                                  max_pass=max_pass)
         notes += warnings
     labels = [impl[0] for impl in impls(sorted(names, key=["peer", "ours", "ours-cold"].index))]
     no_ratio = frozenset({WORKERS, PERIOD, *(m for r in results.values() for m in r if m.endswith(RUNS))})
@@ -401,8 +403,7 @@ def idle(kube: Kube, names: list[str], n: int, workers: dict[str, int | None], p
         "operator write for it; Leases and the control plane's own objects are left out. A resync's window "
         "runs from the end of the previous measure until the operator's ansible_operator_reconcile_result "
         "count shows one more run of every object, plus 20 s.",
-        "Resyncs measured: " + ", ".join(f"{name} {IDLE_PASSES[name] if passes is None else passes}"
-                                         for name in names) + " (our first resync "
+        "Resyncs measured: " + ", ".join(f"{name} {counts[name]}" for name in names) + " (our first resync "
         "after creation rewrites status once, its ansibleResult changed count going from 1 to 0; the peer "
         "writes status twice on every run whatever the result).",
         *notes])
@@ -437,7 +438,6 @@ def main(argv: list[str]) -> int:
     if unknown:
         parser.error(f"unknown scenario(s) {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
     chosen = args.scenario or list(SCENARIOS)
-    os.environ.setdefault("BENCH_RECONCILE_PERIOD", "10h")
     kube = bench_cluster()
     names = args.impl or ["peer", "ours"]
     if "compare" in chosen:

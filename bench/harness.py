@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from localcluster.build import binary
 from localcluster.cluster import LocalCluster
-from tests.kube import Kube, wait_for
+from tests.kube import Kube, find_kubectl, wait_for
 
 HERE = Path(__file__).resolve().parent
 GROUP, VERSION, PLURAL = "bench.playbook-operator.dev", "v1alpha1", "benches"
@@ -29,9 +29,7 @@ GROUP, VERSION, PLURAL = "bench.playbook-operator.dev", "v1alpha1", "benches"
 def bench_cluster() -> Kube:
     """KUBECONFIG's cluster when set, else the local control plane named "bench"; with the Bench CRD."""
     if os.environ.get("KUBECONFIG"):
-        import shutil
-
-        kube = Kube(Path(os.environ["KUBECONFIG"].split(os.pathsep)[0]), shutil.which("kubectl") or "kubectl")
+        kube = Kube(Path(os.environ["KUBECONFIG"].split(os.pathsep)[0]), find_kubectl())
     else:
         cluster = LocalCluster("bench")
         cluster.up()
@@ -97,7 +95,7 @@ class OperatorRun:
     cmd: list[str]
     env: dict[str, str]
     cwd: Path
-    metrics_port: int | None = None
+    metrics_port: int
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="bench-op-", suffix=".log")[1]))
 
@@ -138,14 +136,20 @@ class OperatorRun:
             self.proc.wait()
 
 
-def ours(kube: Kube, namespace: str | None, watches: Path, *args: str, executor: str = "warm",
-         extra_env: dict[str, str] | None = None) -> OperatorRun:
+def operator_env(kube: Kube, namespace: str | None, extra_env: dict[str, str] | None) -> dict[str, str]:
+    """An operator process's environment: the cluster's, watching ``namespace`` (None: all of them)."""
     env = kube.env()
     env.pop("WATCH_NAMESPACE", None)
     if namespace:
         env["WATCH_NAMESPACE"] = namespace
     env.update(extra_env or {})
     env.setdefault("BENCH_RECONCILE_PERIOD", "10h")  # bench/watches.yaml: ${BENCH_RECONCILE_PERIOD}
+    return env
+
+
+def ours(kube: Kube, namespace: str | None, watches: Path, *args: str, executor: str = "warm",
+         extra_env: dict[str, str] | None = None) -> OperatorRun:
+    env = operator_env(kube, namespace, extra_env)
     port = _free_port()
     cmd = [sys.executable, "-m", "runner", "run", "--watches-file", str(watches),
            "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", f"127.0.0.1:{port}",
@@ -289,13 +293,8 @@ def _free_port() -> int:
 def peer(kube: Kube, namespace: str | None, watches: Path, *args: str,
          extra_env: dict[str, str] | None = None) -> OperatorRun:
     prefix = build_peer()
-    env = kube.env()
-    env.pop("WATCH_NAMESPACE", None)
-    if namespace:
-        env["WATCH_NAMESPACE"] = namespace
-    env.update(extra_env or {})
+    env = operator_env(kube, namespace, extra_env)
     site = next((prefix / "venv" / "lib").glob("python3*/site-packages"))
-    env.setdefault("BENCH_RECONCILE_PERIOD", "10h")
     env.update({"PATH": f"{prefix / 'venv' / 'bin'}:{env['PATH']}", "ANSIBLE_COLLECTIONS_PATH": str(site),
                 "ANSIBLE_GATHERING": "explicit", "HOME": env.get("HOME", "/root")})
     port = _free_port()  # plain HTTP: the peer serves metrics securely only with --metrics-secure

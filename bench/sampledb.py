@@ -9,40 +9,31 @@ before promoting. Prints a table and writes it to bench/results/<date>-sampledb.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
 from bench.__main__ import write_table
-from bench.harness import bench_cluster, delete_namespace, fresh_namespace, median, ours
+from bench.harness import OURS_READY, bench_cluster, delete_namespace, fresh_namespace, median, ours
+from tests.integration.test_sampledb import GROUP, PLURAL, VERSION, get, sample
 from tests.kube import Kube, wait_for
-
-ROOT = Path(__file__).resolve().parents[1]
-GROUP, VERSION, PLURAL = "sampledb.example.com", "v1alpha1", "sampledbs"
-FAST = {f"{stage}.stage.kwok.x-k8s.io/{k}": "0s" for stage in ("pod-create", "pod-ready", "pod-complete")
-        for k in ("delay", "jitter-delay")}
+from tests.operator import ROOT, install_sampledb_crds, sampledb_watches
 
 
-def watches_file(tmp: Path) -> Path:
-    watches = yaml.safe_load((ROOT / "watches.yaml").read_text())
-    for w in watches:
-        if w.get("playbook"):
-            w["playbook"] = str(ROOT / w["playbook"])
-        w["vars"] = {"pod_extra_annotations": FAST, "backup_pod_extra_annotations": FAST, "progress_requeue": "1s",
-                     "health_requeue": "1s", "failover_grace_seconds": 0}
-    path = tmp / "sampledb-watches.yaml"
-    path.write_text(yaml.safe_dump(watches))
+def watches_file() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="bench-sampledb-")) / "sampledb-watches.yaml"
+    path.write_text(yaml.safe_dump(sampledb_watches(failover_grace_seconds=0)))
     return path
 
 
 def status(kube: Kube, ns: str, name: str) -> dict:
-    return kube.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name).get("status") or {}
+    return get(kube, ns, name).get("status") or {}
 
 
 def one_database(kube: Kube, ns: str, name: str) -> dict[str, float]:
-    doc = yaml.safe_load((ROOT / "deploy" / "samples" / "sampledb.yaml").read_text())
-    doc["metadata"]["name"] = name
+    doc = sample(name)
     t0 = time.monotonic()
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, doc)
     wait_for("Ready", lambda: status(kube, ns, name).get("phase") == "Ready", timeout=300, interval=0.1)
@@ -76,11 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="databases measured one after another")
     args = parser.parse_args(argv)
     kube = bench_cluster()
-    kube.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "crd"))
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/sampledbs.sampledb.example.com")
+    install_sampledb_crds(kube)
     ns = fresh_namespace(kube, "bench-sdb")
-    op = ours(kube, ns, watches_file(Path(fresh_tmp())), "--ansible-roles-path", str(ROOT / "roles"))
-    op.start("operator ready")
+    op = ours(kube, ns, watches_file(), "--ansible-roles-path", str(ROOT / "roles"))
+    op.start(OURS_READY)
     try:
         runs = [one_database(kube, ns, f"db{i}") for i in range(args.runs)]
     finally:
@@ -93,20 +83,13 @@ def main(argv: list[str] | None = None) -> int:
             GROUP, VERSION, ns, PLURAL)["items"], timeout=300)
         op.stop()
         delete_namespace(kube, ns)
-    rows = [[what, f"{median([r[key] for r in runs]):.1f}", f"{min(r[key] for r in runs):.1f}",
-             f"{max(r[key] for r in runs):.1f}"]
+    rows = [[what, *(f"{stat([r[key] for r in runs]):.1f}" for stat in (median, min, max))]
             for what, key in [("create → Ready (3 servers)", "create"),
                               ("minor upgrade 15.8 → 15.9 → Ready (3 servers)", "upgrade"),
                               ("failover: primary pod deleted → new primary labelled", "failover")]]
     write_table("sampledb", [f"SampleDB, {args.runs} databases [s]", "median", "min", "max"], rows,
                 role="the SampleDB operator (this repository's watches.yaml, playbook and roles), failover_grace_seconds 0")
     return 0
-
-
-def fresh_tmp() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="bench-sampledb-")
 
 
 if __name__ == "__main__":

@@ -300,10 +300,10 @@ class AnnotatedCleanup:
             base = f"/apis/{group}/{version}" if group else f"/api/{version}"
             items = self.kube.request("GET", f"{base}/{plural}").get("items", [])
             for item in items:
-                ann = item.get("metadata", {}).get("annotations") or {}
                 m = item["metadata"]
                 if m.get("ownerReferences"):
                     continue  # garbage-collected with its own owner (also what older runs recorded)
+                ann = m.get("annotations") or {}
                 if ann.get(PRIMARY_RESOURCE) == want and ann.get(PRIMARY_RESOURCE_TYPE) == want_type:
                     path = f"{base}/namespaces/{m['namespace']}/{plural}/{m['name']}" if m.get("namespace") \
                         else f"{base}/{plural}/{m['name']}"

@@ -17,6 +17,10 @@ import yaml
 from tests.kube import Kube, wait_for
 
 TESTOP = Path(__file__).resolve().parent / "testop"
+ROOT = Path(__file__).resolve().parents[1]
+# kwok's stage delays, shortened for the database pods and Jobs
+FAST_PODS = {f"{stage}.stage.kwok.x-k8s.io/{k}": "0s" for stage in ("pod-create", "pod-ready", "pod-complete")
+             for k in ("delay", "jitter-delay")}
 WIDGET_GROUP, WIDGET_VERSION, WIDGETS = "test.playbook-operator.dev", "v1alpha1", "widgets"
 
 
@@ -25,6 +29,24 @@ def widget_watch(**fields: Any) -> dict[str, Any]:
                              "role": str(TESTOP / "roles" / "widget")}
     entry.update(fields)
     return entry
+
+
+def sampledb_watches(**extra_vars: Any) -> list[dict[str, Any]]:
+    """This repository's watches.yaml (the SampleDB operator), with absolute playbook paths, kwok's delays
+    shortened, progress checked every second, and ``extra_vars`` as watch vars of both kinds."""
+    watches = yaml.safe_load((ROOT / "watches.yaml").read_text())
+    for w in watches:
+        if w.get("playbook"):
+            w["playbook"] = str(ROOT / w["playbook"])
+        w["vars"] = {**w.get("vars", {}), "pod_extra_annotations": FAST_PODS, "backup_pod_extra_annotations": FAST_PODS,
+                     "progress_requeue": "1s", "health_requeue": "1s", "final_backup_requeue": "1s", **extra_vars}
+    return watches
+
+
+def install_sampledb_crds(kube: Kube) -> None:
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "crd"))
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/sampledbs.sampledb.example.com",
+                 "crd/sampledbbackups.sampledb.example.com")
 
 
 @dataclass

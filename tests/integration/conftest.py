@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.kube import Kube, wait_for
-from tests.operator import TESTOP, OperatorProcess, Widgets
+from tests.operator import ROOT, TESTOP, OperatorProcess, Widgets, install_sampledb_crds, sampledb_watches
 
 
 @pytest.fixture(scope="session")
@@ -63,29 +63,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     setattr(item, f"rep_{rep.when}", rep)
 
 
+@pytest.fixture(scope="session")
+def sampledb_crds(kube: Kube) -> None:
+    install_sampledb_crds(kube)
+
+
 @pytest.fixture
-def sampledb_operators(kube: Kube, namespace: str, tmp_path: Path,
+def sampledb_operators(kube: Kube, namespace: str, sampledb_crds: None, tmp_path: Path,
                        request: pytest.FixtureRequest) -> Iterator[Callable[..., OperatorProcess]]:
     """Starts the SampleDB operator (this repository's watches.yaml and roles) on the test's namespace, with
     kwok's stage delays shortened for the database pods and every Job; keyword arguments become watch vars
     of both kinds (a role's knobs). Stops it afterwards and shows its log if the test failed."""
-    from tests.integration.test_sampledb import FAST_PODS, ROOT
-
-    kube.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "crd"))
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/sampledbs.sampledb.example.com",
-                 "crd/sampledbbackups.sampledb.example.com")
     ops: list[OperatorProcess] = []
 
     def start(*args: str, env: dict[str, str] | None = None, **extra_vars: object) -> OperatorProcess:
-        watches = yaml.safe_load((ROOT / "watches.yaml").read_text())
-        for w in watches:
-            if w.get("playbook"):
-                w["playbook"] = str(ROOT / w["playbook"])
-            w["vars"] = {**w.get("vars", {}), "pod_extra_annotations": FAST_PODS, "progress_requeue": "1s",
-                         "health_requeue": "1s", "final_backup_requeue": "1s",
-                         "backup_pod_extra_annotations": FAST_PODS, **extra_vars}
-        op = OperatorProcess(kube, namespace, tmp_path, watches, ["--ansible-roles-path", str(ROOT / "roles"), *args],
-                             dict(env or {}), name=f"sampledb-operator-{len(ops)}")
+        op = OperatorProcess(kube, namespace, tmp_path, sampledb_watches(**extra_vars),
+                             ["--ansible-roles-path", str(ROOT / "roles"), *args], dict(env or {}),
+                             name=f"sampledb-operator-{len(ops)}")
         ops.append(op.start())
         return op
 

@@ -3,26 +3,32 @@ the benchmarks' business, see `make bench`)."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench.__main__ import impls, measure_burst, measure_idle, measure_latency
 from bench.harness import bench_cluster
+from tests.kube import Kube
 
 
-def test_bench_harness_measures_our_operator() -> None:
-    kube = bench_cluster()  # the test session's cluster (KUBECONFIG)
+@pytest.fixture(scope="module")
+def bench_kube() -> Kube:
+    return bench_cluster()  # the test session's cluster (KUBECONFIG), with the Bench CRD applied once
+
+
+def test_bench_harness_measures_our_operator(bench_kube: Kube) -> None:
     (ours,) = impls(["ours"])
-    lat = measure_latency(kube, ours, noops=2, creates=1)
+    lat = measure_latency(bench_kube, ours, noops=2, creates=1)
     assert set(lat) == {"create → Successful, 1 CR (median of 1) [s]", "no-op run p50 (2 spec changes) [s]",
                         "no-op run p95 (2 spec changes) [s]"}
     assert all(v > 0 for v in lat.values())
-    burst = measure_burst(kube, ours, 3)
+    burst = measure_burst(bench_kube, ours, 3)
     assert all(v > 0 for v in burst.values()) and len(burst) == 3
 
 
-def test_bench_idle_measure_counts_runs_memory_and_api_writes() -> None:
-    kube = bench_cluster()
+def test_bench_idle_measure_counts_runs_memory_and_api_writes(bench_kube: Kube) -> None:
     (ours,) = impls(["ours"])
     # A short period: the resync may overlap the (shortened) idle window; only the plumbing is checked,
     # not the counts (other tests write to the same cluster meanwhile).
-    figures, _ = measure_idle(kube, ours, 3, None, period=4, settle=0.5, idle_window=0.5)
+    figures, _ = measure_idle(bench_kube, ours, 3, None, period=4, settle=0.5, idle_window=0.5)
     assert figures["RSS idle with 3 CRs (operator + children) [MB]"] > 0
     assert {"resync 1 of all 3: runs", "resync 1 of all 3: API writes"} <= set(figures)

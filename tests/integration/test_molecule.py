@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.kube import Kube
+from tests.operator import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
 
 

@@ -4,42 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client
 
 from tests.kube import Kube, wait_for
-from tests.operator import OperatorProcess
+from tests.operator import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "sampledb.example.com", "v1alpha1", "sampledbs"
-# kwok's stage delays, shortened for the database pods and Jobs
-FAST_PODS = {f"{stage}.stage.kwok.x-k8s.io/{k}": "0s" for stage in ("pod-create", "pod-ready", "pod-complete")
-             for k in ("delay", "jitter-delay")}
-
-
-@pytest.fixture(scope="module")
-def sampledb_crds(kube: Kube) -> None:
-    kube.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "crd"))
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/sampledbs.sampledb.example.com",
-                 "crd/sampledbbackups.sampledb.example.com")
-
-
-@pytest.fixture
-def sampledb_operator(kube: Kube, namespace: str, sampledb_crds: None, tmp_path: Path) -> Iterator[OperatorProcess]:
-    watches = yaml.safe_load((ROOT / "watches.yaml").read_text())
-    for w in watches:
-        if w.get("playbook"):
-            w["playbook"] = str(ROOT / w["playbook"])
-        if w["kind"] == "SampleDB":
-            w["vars"] = {**w.get("vars", {}), "failover_grace_seconds": 0, "pod_extra_annotations": FAST_PODS,
-                         "progress_requeue": "1s", "health_requeue": "1s"}
-    op = OperatorProcess(kube, namespace, tmp_path, watches, ["--ansible-roles-path", str(ROOT / "roles")])
-    op.start()
-    yield op
-    op.stop()
 
 
 def sample(name: str = "inventory", **spec: object) -> dict:
@@ -53,6 +26,14 @@ def get(kube: Kube, namespace: str, name: str) -> dict:
     return kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
 
 
+def gone(kube: Kube, namespace: str, name: str) -> bool:
+    try:
+        get(kube, namespace, name)
+    except client.ApiException as exc:
+        return exc.status == 404
+    return False
+
+
 def roles(kube: Kube, namespace: str, name: str) -> dict[str, str]:
     """Each server pod (not the Jobs') and its sampledb.example.com/role label."""
     pods = kube.core.list_namespaced_pod(
@@ -61,7 +42,8 @@ def roles(kube: Kube, namespace: str, name: str) -> dict[str, str]:
 
 
 def test_sample_provisions_to_ready_with_exactly_one_primary(kube: Kube, namespace: str,
-                                                             sampledb_operator: OperatorProcess) -> None:
+                                                             sampledb_operators) -> None:
+    op = sampledb_operators(failover_grace_seconds=0)
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample())
     db = wait_for("the SampleDB to be Ready", lambda: (
         d := get(kube, namespace, "inventory")).get("status", {}).get("phase") == "Ready"
@@ -91,10 +73,11 @@ def test_sample_provisions_to_ready_with_exactly_one_primary(kube: Kube, namespa
     wait_for("the servers to roll", lambda: kube.apps.read_namespaced_stateful_set("inventory", namespace)
              .spec.template.metadata.annotations["sampledb.example.com/config-hash"] != hash_before, timeout=60)
     assert kube.core.read_namespaced_secret("inventory-credentials", namespace).metadata.resource_version == secret_rv
-    assert "superuser-password" not in sampledb_operator.logs()
+    assert "superuser-password" not in op.logs()
 
 
-def test_failover_when_the_primary_goes(kube: Kube, namespace: str, sampledb_operator: OperatorProcess) -> None:
+def test_failover_when_the_primary_goes(kube: Kube, namespace: str, sampledb_operators) -> None:
+    sampledb_operators(failover_grace_seconds=0)
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("ha"))
     db = wait_for("Ready", lambda: (d := get(kube, namespace, "ha")).get("status", {}).get("phase") == "Ready"
                   and d["status"].get("currentPrimary") and d, timeout=120)
@@ -138,7 +121,7 @@ def test_version_rules_on_update(kube: Kube, namespace: str, sampledb_crds: None
                                                 "restoreFrom": {"backup": "b"}})
 
 
-def wait_phase(kube: Kube, namespace: str, name: str, phase: str = "Ready", timeout: float = 120) -> dict:
+def wait_phase(kube: Kube, namespace: str, name: str, phase: str = "Ready", timeout: float = 300) -> dict:
     return wait_for(f"SampleDB {name} to be {phase}", lambda: (
         d := get(kube, namespace, name)).get("status", {}).get("phase") == phase and d, timeout=timeout)
 

@@ -4,21 +4,12 @@ on the real cluster."""
 from __future__ import annotations
 
 import pytest
-from kubernetes import client
 
-from tests.integration.test_sampledb import GROUP, PLURAL, VERSION, condition, events, get, sample, wait_phase
+from tests.integration.test_sampledb import GROUP, PLURAL, VERSION, condition, events, get, gone, sample, wait_phase
 from tests.integration.test_sampledb_backup import BACKUPS, backup, backup_status
 from tests.kube import Kube, wait_for
 
 FINALIZER = "sampledb.example.com/snapshot-on-delete"
-
-
-def gone(kube: Kube, namespace: str, name: str) -> bool:
-    try:
-        get(kube, namespace, name)
-    except client.ApiException as exc:
-        return exc.status == 404
-    return False
 
 
 def pvcs(kube: Kube, namespace: str) -> dict[str, list[str]]:

@@ -15,8 +15,7 @@ import yaml
 from tests.integration.test_sampledb import GROUP, PLURAL, VERSION, sample, wait_phase
 from tests.integration.test_sampledb_backup import backup_status
 from tests.kube import Kube, wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.operator import ROOT
 
 
 @pytest.fixture

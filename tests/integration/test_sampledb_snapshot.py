@@ -11,14 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
-from kubernetes import client
 
 from localcluster.build import binary
 from localcluster.cluster import LocalCluster
-from tests.integration.test_sampledb import FAST_PODS, GROUP, PLURAL, ROOT, VERSION, condition, sample
+from tests.integration.test_sampledb import GROUP, PLURAL, VERSION, condition, gone, sample
 from tests.kube import Kube, wait_for
-from tests.operator import OperatorProcess
+from tests.operator import ROOT, OperatorProcess, install_sampledb_crds, sampledb_watches
 
 SNAPSHOTS = ("snapshot.storage.k8s.io", "v1", "volumesnapshots")
 # The external-snapshotter's VolumeSnapshot CRD, reduced to what the operator uses.
@@ -40,9 +38,8 @@ def snapshot_cluster() -> Iterator[Kube]:
         cluster.up()
         kube = Kube(cluster.paths.kubeconfig, str(binary("kubectl")))
         kube.kubectl("apply", "-f", "-", input=json.dumps(SNAPSHOT_CRD))
-        kube.kubectl("apply", "--server-side", "-k", str(ROOT / "deploy" / "crd"))
-        kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/sampledbs.sampledb.example.com",
-                     "crd/sampledbbackups.sampledb.example.com", "crd/volumesnapshots.snapshot.storage.k8s.io")
+        install_sampledb_crds(kube)
+        kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/volumesnapshots.snapshot.storage.k8s.io")
         yield kube
     finally:
         cluster.down(purge=True)
@@ -51,13 +48,7 @@ def snapshot_cluster() -> Iterator[Kube]:
 def test_snapshot_policy_waits_for_volume_snapshots(snapshot_cluster: Kube, tmp_path: Path) -> None:
     kube, ns = snapshot_cluster, "snap"
     kube.core.create_namespace({"metadata": {"name": ns}})
-    watches = yaml.safe_load((ROOT / "watches.yaml").read_text())
-    for w in watches:
-        if w.get("playbook"):
-            w["playbook"] = str(ROOT / w["playbook"])
-        w["vars"] = {"pod_extra_annotations": FAST_PODS, "backup_pod_extra_annotations": FAST_PODS,
-                     "progress_requeue": "1s", "health_requeue": "1s", "final_backup_requeue": "1s"}
-    op = OperatorProcess(kube, ns, tmp_path, watches, ["--ansible-roles-path", str(ROOT / "roles")]).start()
+    op = OperatorProcess(kube, ns, tmp_path, sampledb_watches(), ["--ansible-roles-path", str(ROOT / "roles")]).start()
     try:
         kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, sample("db", replicas=2))
         wait_for("Ready", lambda: kube.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "db").get(
@@ -78,14 +69,7 @@ def test_snapshot_policy_waits_for_volume_snapshots(snapshot_cluster: Kube, tmp_
             kube.custom.patch_namespaced_custom_object_status(*SNAPSHOTS[:2], ns, SNAPSHOTS[2], s["metadata"]["name"],
                                                               {"status": {"readyToUse": True}})
 
-        def gone() -> bool:
-            try:
-                kube.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "db")
-            except client.ApiException as exc:
-                return exc.status == 404
-            return False
-
-        wait_for("the SampleDB to go", gone, timeout=120)
+        wait_for("the SampleDB to go", lambda: gone(kube, ns, "db"), timeout=120)
         wait_for("the data volumes to go", lambda: not [p for p in kube.core.list_namespaced_persistent_volume_claim(
             ns).items if p.metadata.name.startswith("data-") and not p.metadata.deletion_timestamp], timeout=60)
         # the snapshots outlive the database

@@ -84,7 +84,7 @@ def test_minor_upgrade_updates_replicas_first_and_the_primary_last(kube: Kube, n
                     backup_done_first = backup_status(kube, namespace, "up-pre-15-9").get("phase") == "Completed"
         return get(kube, namespace, "up")["status"].get("version") == "15.9"
 
-    wait_for("the upgrade to finish", progress, timeout=180, interval=0.2)
+    wait_for("the upgrade to finish", progress, timeout=480, interval=0.2)
     elapsed = time.monotonic() - started
     print(f"\nminor upgrade of 3 servers (15.8 -> 15.9): {elapsed:.1f} s")
     assert backup_done_first is True  # the backup completed before any server was touched
@@ -111,7 +111,7 @@ def test_major_upgrade_migrates_by_dump_and_load(kube: Kube, namespace: str, sam
     assert proc.returncode != 0 and "spec.upgrade.allowMajor: true" in proc.stderr
     patch(kube, namespace, "major", {"version": "16.4", "upgrade": {"allowMajor": True}})
     wait_for("the upgrade to finish", lambda: get(kube, namespace, "major")["status"].get("version") == "16.4",
-             timeout=180)
+             timeout=480)
     assert backup_status(kube, namespace, "major-pre-16-4")["phase"] == "Completed"
     dump = kube.batch.read_namespaced_job("major-migrate-16-4", namespace).spec.template.spec.containers[0]
     assert dump.image == IMAGE.format("16.4")  # the new version's pg_dumpall reads the old server

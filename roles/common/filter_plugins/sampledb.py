@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 
-def sampledb_ordinal(name):
+def _ordinal(name):
     """The StatefulSet ordinal of a server pod's name (inventory-2 -> 2); -1 when it has none."""
     match = re.search(r"-(\d+)$", str(name))
     return int(match.group(1)) if match else -1
@@ -15,7 +15,7 @@ def sampledb_rollout_front(ready_pods, image, replicas):
     """How far a rolling update has come, as the lowest ordinal k such that every server from k up to
     replicas-1 is among `ready_pods` and runs `image` (replicas when the highest does not). A StatefulSet
     rolls from the highest ordinal down, so lowering the partition to k-1 updates exactly the next server."""
-    done = {sampledb_ordinal(p["metadata"]["name"]) for p in ready_pods or []
+    done = {_ordinal(p["metadata"]["name"]) for p in ready_pods or []
             if any(c.get("image") == image for c in (p.get("spec") or {}).get("containers") or [])}
     front = int(replicas)
     while front > 0 and front - 1 in done:
@@ -37,5 +37,5 @@ def sampledb_job_state(job):
 
 class FilterModule:
     def filters(self):
-        return {"sampledb_ordinal": sampledb_ordinal, "sampledb_rollout_front": sampledb_rollout_front,
+        return {"sampledb_rollout_front": sampledb_rollout_front,
                 "sampledb_job_state": sampledb_job_state}
