@@ -12,7 +12,7 @@ Scenarios:
   idle-1000          both: 1,000 CRs converged (workers: --peer-workers / --ours-workers, else each one's best
                      in sweep when it ran first, else IDLE_WORKERS), then operator RSS while idle, and the API
                      server's write requests (benches, configmaps, events) during a resync of all 1,000 (ours:
-                     two, as its first resync after creation still rewrites status once; see IDLE_PASSES)
+                     two: the first after creation and the steady state; see IDLE_PASSES)
 With no scenario: all of them. Each table is also written to bench/results/<date>-<scenario>.md.
 """
 
@@ -276,8 +276,8 @@ def sweep(kube: Kube, names: list[str], n: int = 40,
 
 
 WORKERS, PERIOD, RUNS = "workers (--max-concurrent-reconciles)", "reconcile period set [s]", "runs"
-# Resync passes measured in idle-1000. Our first resync after creation still writes status once per
-# object (the ansibleResult's "changed" count goes from 1 to 0); the second is the idle steady state.
+# Resync passes measured in idle-1000. Ours: the first after creation (whose runs report changed=0 where the
+# creating run reported changed=1) and the second, the steady state; both must write nothing.
 # The peer updates status twice in every run whatever the result (markRunning, markDone), so one pass
 # of it (10 to 35 minutes for 1,000 on 2 cores) shows its steady state.
 IDLE_PASSES = {"peer": 1, "ours": 2, "ours-cold": 2}
@@ -403,8 +403,8 @@ def idle(kube: Kube, names: list[str], n: int, workers: dict[str, int | None], p
         "operator write for it; Leases and the control plane's own objects are left out. A resync's window "
         "runs from the end of the previous measure until the operator's ansible_operator_reconcile_result "
         "count shows one more run of every object, plus 20 s.",
-        "Resyncs measured: " + ", ".join(f"{name} {counts[name]}" for name in names) + " (our first resync "
-        "after creation rewrites status once, its ansibleResult changed count going from 1 to 0; the peer "
+        "Resyncs measured: " + ", ".join(f"{name} {counts[name]}" for name in names) + " (ours: the first "
+        "after creation, whose runs report changed=0 where the creating runs reported 1, and the steady state; the peer "
         "writes status twice on every run whatever the result).",
         *notes])
 

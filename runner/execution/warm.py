@@ -1,8 +1,9 @@
 """The fast path: runs fork from a server process that has already imported Ansible and the
 kubernetes client, and modules run in a fork of the run instead of a new Python interpreter.
 
-Where a cold run's time goes (see bench/): ~0.8 s importing Ansible, ~0.5 s setting up the play, and
-~1.2 s per kubernetes.core task for a fresh interpreter that imports the kubernetes client. Here:
+Where a cold run's time goes (`python -m bench.profile`): ~0.55 s before the playbook starts (~0.4 s of
+it importing Ansible), ~0.9 s per kubernetes.core task (a fresh interpreter importing the kubernetes
+client) and ~0.2 s exiting. Here:
 
 - a ``multiprocessing`` forkserver preloads ansible's playbook CLI, ansible-runner's event callback and
   the kubernetes client once; each run is a fork of it running ``ansible-playbook``'s CLI in-process;

@@ -7,6 +7,7 @@ import pytest
 
 from bench.__main__ import impls, measure_burst, measure_idle, measure_latency
 from bench.harness import bench_cluster
+from bench.profile import IMPORTS, PHASES, TOTAL, profile
 from tests.kube import Kube
 
 
@@ -32,3 +33,12 @@ def test_bench_idle_measure_counts_runs_memory_and_api_writes(bench_kube: Kube) 
     figures, _ = measure_idle(bench_kube, ours, 3, None, period=4, settle=0.5, idle_window=0.5)
     assert figures["RSS idle with 3 CRs (operator + children) [MB]"] > 0
     assert {"resync 1 of all 3: runs", "resync 1 of all 3: API writes"} <= set(figures)
+
+
+def test_bench_profile_splits_a_run_into_phases_from_its_job_events(bench_kube: Kube) -> None:
+    medians, imports = profile(bench_kube, runs=2)
+    for executor in ("cold", "warm"):
+        assert set(medians[executor]) == {*PHASES, TOTAL}
+        # Each phase ends at a later event than it starts: a missing or reordered event shows here.
+        assert all(seconds > 0 for seconds in medians[executor].values()), medians[executor]
+    assert set(imports) == set(IMPORTS) and all(seconds > 0 for seconds in imports.values())
