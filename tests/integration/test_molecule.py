@@ -23,11 +23,15 @@ def test_every_scenario_is_collected() -> None:
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_molecule_scenario(kube: Kube, scenario: str) -> None:
+def test_molecule_scenario(kube: Kube, scenario: str, tmp_path: Path) -> None:
     bin_dir = str(Path(sys.executable).parent)  # molecule calls ansible-playbook and ansible-config by name
     env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
            "MOLECULE_NAMESPACE": f"molecule-{scenario}-{uuid.uuid4().hex[:6]}", "ANSIBLE_FORCE_COLOR": "0",
-           "PY_COLORS": "0", "NO_COLOR": "1"}
+           "PY_COLORS": "0", "NO_COLOR": "1",
+           # Molecule keeps a scenario's state (e.g. "prepared") under ~/.ansible/tmp, keyed by the checkout's
+           # directory name only: a run interrupted in any checkout of that name made the next one skip
+           # prepare. Each run starts from a state of its own.
+           "MOLECULE_EPHEMERAL_DIRECTORY": str(tmp_path / "molecule-state")}
     started = time.monotonic()
     proc = subprocess.run([f"{bin_dir}/molecule", "test", "-s", scenario], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=1500)
