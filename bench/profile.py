@@ -40,6 +40,7 @@ from bench.harness import (
     delete_namespace,
     fresh_namespace,
     median,
+    operator_env,
 )
 from runner.config import RunConfig, load_watches
 from runner.execution import RunRequest
@@ -71,10 +72,10 @@ def phases(asked: float, returned: float, events: list[dict[str, Any]]) -> dict[
     return {**{name: b - a for name, a, b in zip(PHASES, marks[:-1], marks[1:], strict=True)}, TOTAL: returned - asked}
 
 
-async def profile_executor(name: str, kubeconfig: str, obj: dict[str, Any], runs: int,
-                           workdir: Path) -> list[dict[str, float]]:
-    os.environ.setdefault("BENCH_RECONCILE_PERIOD", "10h")  # watches.yaml's reconcilePeriod
+async def profile_executor(name: str, obj: dict[str, Any], runs: int, workdir: Path) -> list[dict[str, float]]:
     (watch,) = load_watches(WATCHES)
+    extravars = build_extravars(watch, obj, False)
+    kubeconfig = os.environ["KUBECONFIG"]
     playbook = write_playbooks(watch, workdir / "playbooks")["main"]
     executor = make_executor(RunConfig(watches_file=WATCHES, executor=name), 1)
     await executor.start()
@@ -82,7 +83,7 @@ async def profile_executor(name: str, kubeconfig: str, obj: dict[str, Any], runs
         out = []
         for i in range(runs):
             request = RunRequest(ident=f"{name}-{i}", private_data_dir=workdir / name, playbook=playbook,
-                                 extravars=build_extravars(watch, obj, False),
+                                 extravars=extravars,
                                  env={"K8S_AUTH_KUBECONFIG": kubeconfig, "KUBECONFIG": kubeconfig}, keep_artifacts=1)
             asked = time.time()
             result = await executor.run(request)
@@ -97,15 +98,16 @@ async def profile_executor(name: str, kubeconfig: str, obj: dict[str, Any], runs
 
 def one_executor(name: str, kube: Kube, obj: dict[str, Any], runs: int) -> list[dict[str, float]]:
     """Runs in a process of its own: the warm executor sets Ansible's configuration in its process's
-    environment and leaves a forkserver behind, which must not reach the caller (a test worker, say)."""
+    environment and leaves a forkserver behind, which must not reach the caller (a test worker, say). Its
+    environment is an operator's (the cluster's KUBECONFIG, watches.yaml's reconcile period)."""
     with tempfile.TemporaryDirectory(prefix=f"bench-profile-{name}-") as tmp:
         io = Path(tmp)
         (io / "object.json").write_text(json.dumps(obj))
         # `-c`, not `-m bench.profile`: multiprocessing's children re-import the parent's main module by
         # name, and this one imports kopf and the harness, which would be timed as part of every warm run.
         subprocess.run([sys.executable, "-c", "import sys; from bench.profile import main; sys.exit(main(sys.argv[1:]))",
-                        "--one", name, "--runs", str(runs), "--kubeconfig", str(kube.kubeconfig), "--io", tmp],
-                       check=True, cwd=HERE.parent)
+                        "--one", name, "--runs", str(runs), "--io", tmp],
+                       env=operator_env(kube, None, None), check=True, cwd=HERE.parent)
         return json.loads((io / "phases.json").read_text())
 
 
@@ -140,12 +142,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=11, help="runs per executor (the first is left out)")
     parser.add_argument("--one", choices=("cold", "warm"), help=argparse.SUPPRESS)  # one_executor's child
-    parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     parser.add_argument("--io", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         obj = json.loads((args.io / "object.json").read_text())
-        per_run = asyncio.run(profile_executor(args.one, args.kubeconfig, obj, args.runs, args.io))
+        per_run = asyncio.run(profile_executor(args.one, obj, args.runs, args.io))
         (args.io / "phases.json").write_text(json.dumps(per_run))
         return 0
     medians, imports = profile(bench_cluster(), args.runs)
