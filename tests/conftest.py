@@ -3,22 +3,25 @@
 With KUBECONFIG set, tests use that cluster (kind, k3d, a real one). Without it, the local control
 plane named ``test`` is brought up (built the first time) and stopped again at the end of the session
 if this session started it (set PLAYBOOK_OPERATOR_KEEP_CLUSTER=1 to keep it for the next run).
+
+The e2e tier (tests/e2e) needs pods that really run: it uses E2E_KUBECONFIG (or KUBECONFIG) when set,
+else the local cluster ``e2e`` with a real node (``cluster up --name e2e --real-node``), brought up
+here too, before any worker starts, so that its first build does not compete with running tests.
 """
 
 from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
-from tests.kube import Kube, find_kubectl
+from tests.kube import Kube, find_kubectl, fresh_namespace
 
 LOCAL_CLUSTER_NAME = "test"
+E2E_CLUSTER_NAME = "e2e"
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
@@ -36,6 +39,12 @@ def pytest_configure(config: pytest.Config) -> None:
     from localcluster.build import binary
     from localcluster.cluster import LocalCluster
 
+    if _wants_e2e(config) and not os.environ.get("E2E_KUBECONFIG"):
+        e2e = LocalCluster(E2E_CLUSTER_NAME, real_node=True)
+        config._started_e2e = not e2e.running()  # type: ignore[attr-defined]
+        took = e2e.up(timeout=300)
+        print(f"\nlocal cluster {E2E_CLUSTER_NAME!r} (real node) ready in {took:.1f} s ({e2e.paths.root})")
+        os.environ["E2E_KUBECONFIG"] = str(e2e.paths.kubeconfig)
     cluster = LocalCluster(LOCAL_CLUSTER_NAME)
     config._started_cluster = not cluster.running()  # type: ignore[attr-defined]
     took = cluster.up()
@@ -49,20 +58,36 @@ def _wants_cluster(config: pytest.Config) -> bool:
     return "not cluster" not in markexpr
 
 
+def _wants_e2e(config: pytest.Config) -> bool:
+    """Whether the selected tests may include the e2e tier (by path and marker; cheap, before collection)."""
+    markexpr = config.getoption("markexpr", "") or ""
+    if "not e2e" in markexpr:
+        return False
+    args = [str(a) for a in config.args] or ["tests"]
+    return any("e2e" in a or a.rstrip("/") in ("tests", ".") or a.endswith("/tests") for a in args)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # tests/integration talks to a real cluster (unit tests use fakes; script tests use real PostgreSQL).
     for item in items:
         if "/tests/integration/" in str(item.path):
             item.add_marker(pytest.mark.cluster)
+        if "/tests/e2e/" in str(item.path):
+            item.add_marker(pytest.mark.cluster)
+            item.add_marker(pytest.mark.e2e)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _is_xdist_worker(config):
         return
-    if getattr(config, "_started_cluster", False) and not os.environ.get("PLAYBOOK_OPERATOR_KEEP_CLUSTER"):
-        from localcluster.cluster import LocalCluster
+    if os.environ.get("PLAYBOOK_OPERATOR_KEEP_CLUSTER"):
+        return
+    from localcluster.cluster import LocalCluster
 
+    if getattr(config, "_started_cluster", False):
         LocalCluster(LOCAL_CLUSTER_NAME).down()
+    if getattr(config, "_started_e2e", False):
+        LocalCluster(E2E_CLUSTER_NAME).down()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
@@ -84,15 +109,12 @@ def kube() -> Kube:
 @pytest.fixture
 def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace for one test, deleted afterwards."""
-    base = request.node.name.split("[")[0].lower().replace("_", "-").removeprefix("test-")[:40].strip("-")
-    name = f"t-{base}-{uuid.uuid4().hex[:6]}"
-    kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-        name=name, labels={"playbook-operator.test/namespace": "true"})))
-    try:
-        yield name
-    finally:
-        try:
-            kube.core.delete_namespace(name, propagation_policy="Background")
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
+    yield from fresh_namespace(kube, request.node.name)
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    # item.rep_call tells fixtures' teardown whether the test failed (to show operator logs then)
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)

@@ -6,7 +6,8 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -85,6 +86,22 @@ def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, inter
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
         time.sleep(interval)
+
+
+def fresh_namespace(kube: Kube, test_name: str) -> Iterator[str]:
+    """A new namespace named after the test, deleted (in the background) when the generator resumes."""
+    base = test_name.split("[")[0].lower().replace("_", "-").removeprefix("test-")[:40].strip("-")
+    name = f"t-{base}-{uuid.uuid4().hex[:6]}"
+    kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=name, labels={"playbook-operator.test/namespace": "true"})))
+    try:
+        yield name
+    finally:
+        try:
+            kube.core.delete_namespace(name, propagation_policy="Background")
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
 
 
 def find_kubectl() -> str:

@@ -194,3 +194,13 @@ class Widgets:
 
     def wait_successful(self, name: str, generation: int | None = None, timeout: float = 60) -> dict[str, Any]:
         return self.wait_condition(name, "Successful", "True", timeout, generation)
+
+
+def stop_all(ops: list[OperatorProcess], request: Any) -> None:
+    """Stops the test's operators; shows the end of their logs when the test failed."""
+    for op in ops:
+        op.stop()
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for op in ops:
+            print(f"\n--- {op.name} log ({op.log_path}) ---\n{op.logs()[-12000:]}")

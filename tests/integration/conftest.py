@@ -10,7 +10,15 @@ import pytest
 import yaml
 
 from tests.kube import Kube, wait_for
-from tests.operator import ROOT, TESTOP, OperatorProcess, Widgets, install_sampledb_crds, sampledb_watches
+from tests.operator import (
+    ROOT,
+    TESTOP,
+    OperatorProcess,
+    Widgets,
+    install_sampledb_crds,
+    sampledb_watches,
+    stop_all,
+)
 
 
 @pytest.fixture(scope="session")
@@ -30,16 +38,6 @@ def widgets(kube: Kube, namespace: str, widget_crd: str) -> Widgets:
     return Widgets(kube, namespace)
 
 
-def stop_all(ops: list[OperatorProcess], request: pytest.FixtureRequest) -> None:
-    """Stops the test's operators; shows the end of their logs when the test failed."""
-    for op in ops:
-        op.stop()
-    failed = getattr(request.node, "rep_call", None)
-    if failed is not None and failed.failed:
-        for op in ops:
-            print(f"\n--- {op.name} log ({op.log_path}) ---\n{op.logs()[-12000:]}")
-
-
 @pytest.fixture
 def start_operator(kube: Kube, namespace: str, widget_crd: str, tmp_path: Path,
                    request: pytest.FixtureRequest) -> Iterator[Callable[..., OperatorProcess]]:
@@ -54,13 +52,6 @@ def start_operator(kube: Kube, namespace: str, widget_crd: str, tmp_path: Path,
 
     yield start
     stop_all(started, request)
-
-
-@pytest.hookimpl(tryfirst=True, hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
-    outcome = yield
-    rep = outcome.get_result()
-    setattr(item, f"rep_{rep.when}", rep)
 
 
 @pytest.fixture(scope="session")

@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from tests.integration.test_sampledb import GROUP, VERSION, get, sample
 from tests.kube import Kube, wait_for
-
-BACKUPS = "sampledbbackups"
-
-
-def backup(kube: Kube, namespace: str, name: str, database: str = "db") -> None:
-    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, BACKUPS, {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "SampleDBBackup", "metadata": {"name": name},
-        "spec": {"database": database}})
-
-
-def backup_status(kube: Kube, namespace: str, name: str) -> dict:
-    return kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, BACKUPS, name).get("status") or {}
+from tests.sampledb import BACKUPS, GROUP, VERSION, backup, backup_status, get, sample
 
 
 def ready_db(kube: Kube, namespace: str, **spec: object) -> None:

@@ -5,9 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_sampledb import GROUP, PLURAL, VERSION, condition, events, get, gone, sample, wait_phase
-from tests.integration.test_sampledb_backup import BACKUPS, backup, backup_status
 from tests.kube import Kube, wait_for
+from tests.sampledb import (
+    BACKUPS,
+    GROUP,
+    PLURAL,
+    VERSION,
+    backup,
+    backup_status,
+    condition,
+    events,
+    get,
+    gone,
+    sample,
+    wait_phase,
+)
 
 FINALIZER = "sampledb.example.com/snapshot-on-delete"
 

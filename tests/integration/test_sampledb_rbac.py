@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.test_sampledb import GROUP, PLURAL, VERSION, sample, wait_phase
-from tests.integration.test_sampledb_backup import backup_status
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT
+from tests.sampledb import GROUP, PLURAL, VERSION, backup_status, sample, wait_phase
 
 
 @pytest.fixture

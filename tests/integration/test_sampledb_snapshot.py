@@ -14,9 +14,9 @@ import pytest
 
 from localcluster.build import binary
 from localcluster.cluster import LocalCluster
-from tests.integration.test_sampledb import GROUP, PLURAL, VERSION, condition, gone, sample
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT, OperatorProcess, install_sampledb_crds, sampledb_watches
+from tests.sampledb import GROUP, PLURAL, VERSION, condition, gone, sample
 
 SNAPSHOTS = ("snapshot.storage.k8s.io", "v1", "volumesnapshots")
 # The external-snapshotter's VolumeSnapshot CRD, reduced to what the operator uses.

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import time
 
-from tests.integration.test_sampledb import (
+from tests.kube import Kube, wait_for
+from tests.sampledb import (
     GROUP,
     PLURAL,
     VERSION,
+    backup,
+    backup_status,
     condition,
     events,
     get,
@@ -18,13 +21,13 @@ from tests.integration.test_sampledb import (
     sample,
     wait_phase,
 )
-from tests.integration.test_sampledb_backup import backup, backup_status
-from tests.kube import Kube, wait_for
 
 IMAGE = "docker.io/library/postgres:{}"
 
 
 def create(kube: Kube, namespace: str, name: str, **spec: object) -> None:
+    # kwok runs no server: these versions only name images (15.8 -> 15.9 minor, -> 16.4 major)
+    spec.setdefault("version", "15.8")
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample(name, **spec))
 
 

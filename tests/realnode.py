@@ -1,0 +1,114 @@
+"""Helpers for tests on a real node: waiting for pods, Service endpoints and SQL results, and running
+psql inside server pods or from a client pod, the way a user (or an application) would reach them.
+
+Passwords go to psql on its standard input side (an environment variable set inside the pod from a
+file descriptor), never on a command line or in a log.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from tests.kube import Kube, wait_for
+
+POSTGRES_IMAGE = "docker.io/library/postgres"
+
+
+def pod_ready(kube: Kube, namespace: str, name: str) -> bool:
+    try:
+        pod = kube.core.read_namespaced_pod(name, namespace)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    conds = pod.status.conditions or []
+    return pod.metadata.deletion_timestamp is None and any(c.type == "Ready" and c.status == "True" for c in conds)
+
+
+def wait_pod_ready(kube: Kube, namespace: str, name: str, timeout: float = 180) -> None:
+    wait_for(f"pod {namespace}/{name} to be Ready", lambda: pod_ready(kube, namespace, name), timeout=timeout,
+             interval=0.5)
+
+
+def endpoints(kube: Kube, namespace: str, service: str) -> list[str]:
+    """The ready pod names behind a Service (from its EndpointSlices)."""
+    slices = client.DiscoveryV1Api(kube.api).list_namespaced_endpoint_slice(
+        namespace, label_selector=f"kubernetes.io/service-name={service}").items
+    return sorted(ep.target_ref.name for sl in slices for ep in sl.endpoints or []
+                  if ep.conditions and ep.conditions.ready and ep.target_ref)
+
+
+def wait_endpoints(kube: Kube, namespace: str, service: str, expect: list[str] | int, timeout: float = 120) -> list[str]:
+    """Waits until the Service routes to exactly these pods (or to this many)."""
+    def check() -> list[str] | None:
+        got = endpoints(kube, namespace, service)
+        ok = len(got) == expect if isinstance(expect, int) else got == sorted(expect)
+        return got if ok else None
+
+    return wait_for(f"Service {namespace}/{service} to route to {expect}", check, timeout=timeout, interval=0.5)
+
+
+def psql_in_server(kube: Kube, namespace: str, pod: str, sql: str, database: str = "postgres",
+                   check: bool = True) -> str:
+    """Runs SQL as the superuser inside a server pod, over TCP to its own server (what the probes see)."""
+    script = ('export PGPASSWORD="$POSTGRES_PASSWORD"; exec psql -X -A -t -q -v ON_ERROR_STOP=1 -h 127.0.0.1 '
+              f'-U "${{POSTGRES_USER:-postgres}}" -d {shlex.quote(database)} -c {shlex.quote(sql)}')
+    proc = kube.kubectl("-n", namespace, "exec", pod, "-c", "postgres", "--", "bash", "-c", script, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"psql in {pod} failed: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def wait_sql(kube: Kube, namespace: str, pod: str, sql: str, expect: str, timeout: float = 120,
+             database: str = "postgres") -> str:
+    def check() -> str | None:
+        out = psql_in_server(kube, namespace, pod, sql, database, check=False)
+        return out if out == expect else None
+
+    return wait_for(f"{sql!r} in {pod} to give {expect!r}", check, timeout=timeout, interval=1)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A database user and password; the password stays out of reprs (and so out of test reports)."""
+
+    user: str
+    password: str = field(repr=False)
+
+
+def credentials(kube: Kube, namespace: str, database: str, user_key: str = "username",
+                password_key: str = "password") -> Credentials:
+    """From a SampleDB's credentials Secret, as an application would mount it."""
+    data = kube.core.read_namespaced_secret(f"{database}-credentials", namespace).data
+    return Credentials(base64.b64decode(data[user_key]).decode(), base64.b64decode(data[password_key]).decode())
+
+
+class ClientPod:
+    """A pod that only runs psql against Services, as an application in the cluster would."""
+
+    def __init__(self, kube: Kube, namespace: str, image: str, name: str = "sql-client") -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+        body: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "sql-client"}},
+            "spec": {"terminationGracePeriodSeconds": 0,
+                     "securityContext": {"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": True},
+                     "containers": [{"name": "client", "image": image, "command": ["sleep", "infinity"],
+                                     "imagePullPolicy": "IfNotPresent"}]}}
+        kube.core.create_namespaced_pod(namespace, body)
+        wait_pod_ready(kube, namespace, name)
+
+    def sql(self, host: str, creds: Credentials, database: str, sql: str,
+            check: bool = True) -> tuple[int, str, str]:
+        script = ('IFS= read -r PGPASSWORD; export PGPASSWORD; exec psql -X -A -t -q -v ON_ERROR_STOP=1 '
+                  f'-h {shlex.quote(host)} -U {shlex.quote(creds.user)} -d {shlex.quote(database)} '
+                  f'-c {shlex.quote(sql)}')
+        proc = self.kube.kubectl("-n", self.namespace, "exec", "-i", self.name, "--", "bash", "-c", script,
+                                 input=creds.password + "\n", check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"psql -h {host} as {creds.user} failed: {proc.stderr.strip()}")
+        return proc.returncode, proc.stdout.strip(), proc.stderr.strip()

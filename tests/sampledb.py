@@ -1,0 +1,60 @@
+"""SampleDB as a user sees it through the API: the sample, the objects' status, the servers' roles and
+images, backups. Shared by the kwok tier (tests/integration), the real-node tier (tests/e2e) and bench."""
+
+from __future__ import annotations
+
+import yaml
+from kubernetes import client
+
+from tests.kube import Kube, wait_for
+from tests.operator import ROOT
+
+GROUP, VERSION, PLURAL = "sampledb.example.com", "v1alpha1", "sampledbs"
+BACKUPS = "sampledbbackups"
+
+
+def sample(name: str = "inventory", **spec: object) -> dict:
+    doc = yaml.safe_load((ROOT / "deploy" / "samples" / "sampledb.yaml").read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"].update(spec)
+    return doc
+
+def get(kube: Kube, namespace: str, name: str) -> dict:
+    return kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+def gone(kube: Kube, namespace: str, name: str) -> bool:
+    try:
+        get(kube, namespace, name)
+    except client.ApiException as exc:
+        return exc.status == 404
+    return False
+
+def roles(kube: Kube, namespace: str, name: str) -> dict[str, str]:
+    """Each server pod (not the Jobs') and its sampledb.example.com/role label."""
+    pods = kube.core.list_namespaced_pod(
+        namespace, label_selector=f"app.kubernetes.io/instance={name},statefulset.kubernetes.io/pod-name").items
+    return {p.metadata.name: (p.metadata.labels or {}).get("sampledb.example.com/role", "") for p in pods}
+
+def wait_phase(kube: Kube, namespace: str, name: str, phase: str = "Ready", timeout: float = 300) -> dict:
+    return wait_for(f"SampleDB {name} to be {phase}", lambda: (
+        d := get(kube, namespace, name)).get("status", {}).get("phase") == phase and d, timeout=timeout)
+
+def condition(db: dict, kind: str) -> dict:
+    return next((c for c in db.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+def events(kube: Kube, namespace: str, reason: str) -> list:
+    return [e for e in kube.core.list_namespaced_event(namespace).items if e.reason == reason]
+
+def images(kube: Kube, namespace: str, name: str) -> dict[str, str]:
+    """Each server pod and the PostgreSQL image it runs."""
+    pods = kube.core.list_namespaced_pod(
+        namespace, label_selector=f"app.kubernetes.io/instance={name},statefulset.kubernetes.io/pod-name").items
+    return {p.metadata.name: p.spec.containers[0].image for p in pods if not p.metadata.deletion_timestamp}
+
+def backup(kube: Kube, namespace: str, name: str, database: str = "db") -> None:
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, BACKUPS, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "SampleDBBackup", "metadata": {"name": name},
+        "spec": {"database": database}})
+
+def backup_status(kube: Kube, namespace: str, name: str) -> dict:
+    return kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, BACKUPS, name).get("status") or {}
