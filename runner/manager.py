@@ -145,7 +145,11 @@ class Operator:
         self.exit_code = 0
 
     def ready(self) -> bool:
-        return self.kopf_ready.is_set() and (self.leader is None or self.leader.is_leader) and not self.stopping.is_set()
+        # A standby is ready too (as controller-runtime's readyz in the Go ansible-operator): were it not,
+        # a Deployment's rolling update would wait forever for new pods that cannot lead until the old go.
+        # The leader is ready once its watches are established.
+        standby = self.leader is not None and not self.leader.is_leader
+        return not self.stopping.is_set() and (standby or self.kopf_ready.is_set())
 
     def _on_signal(self, signum: int) -> None:
         log.info("received %s: shutting down (grace %.0fs)", signal.Signals(signum).name,

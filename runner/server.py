@@ -33,7 +33,7 @@ class Endpoints:
     async def _readyz(self, _: web.Request) -> web.Response:
         if self.ready():
             return web.Response(text="ok")
-        return web.Response(status=503, text="not ready: not the leader, or watches not established yet")
+        return web.Response(status=503, text="not ready: watches not established yet, or shutting down")
 
     async def _metrics(self, _: web.Request) -> web.Response:
         body = generate_latest(metrics.registry())

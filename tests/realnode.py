@@ -8,15 +8,17 @@ file descriptor), never on a command line or in a log.
 from __future__ import annotations
 
 import base64
+import os
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
 from tests.kube import Kube, wait_for
 
-POSTGRES_IMAGE = "docker.io/library/postgres"
+HELPER_IMAGE = "localhost/playbook-operator/helper:bookworm"
 
 
 def pod_ready(kube: Kube, namespace: str, name: str) -> bool:
@@ -112,3 +114,26 @@ class ClientPod:
         if check and proc.returncode != 0:
             raise AssertionError(f"psql -h {host} as {creds.user} failed: {proc.stderr.strip()}")
         return proc.returncode, proc.stdout.strip(), proc.stderr.strip()
+
+
+def simple_pod(name: str, command: list[str], image: str = HELPER_IMAGE, **spec: object) -> dict:
+    """A one-container pod that runs a command once (restartPolicy Never); the image is imported locally."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"terminationGracePeriodSeconds": 0, "restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
+                                     "command": command}], **spec}}
+
+
+def process_alive(pid: int) -> bool:
+    """Running, not a zombie that its parent has yet to reap."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def process_name(pid: int) -> str:
+    try:
+        return os.path.basename(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode())
+    except OSError:
+        return ""

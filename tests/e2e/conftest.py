@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.kube import Kube, find_kubectl, fresh_namespace
+from localcluster.cluster import LocalCluster
+from tests.kube import Kube, find_kubectl, fresh_namespace, wait_for
 from tests.operator import ROOT, OperatorProcess, install_sampledb_crds, sampledb_watches, stop_all
+from tests.sampledb import GROUP, PLURAL, VERSION
 
 
 @pytest.fixture(scope="session")
@@ -47,4 +49,19 @@ def real_sampledb_operator(real: Kube, real_namespace: str, real_sampledb_crds: 
         return op
 
     yield start
+    if ops:
+        # The namespace goes while the operator still runs, so that its SampleDBs' finalizers let them go
+        # (and their servers stop) instead of leaving the namespace Terminating on this shared cluster.
+        real.core.delete_namespace(real_namespace, propagation_policy="Background")
+        wait_for("the test's SampleDBs to be let go with their namespace", lambda: not real.custom.
+                 list_namespaced_custom_object(GROUP, VERSION, real_namespace, PLURAL)["items"], timeout=180)
     stop_all(ops, request)
+
+
+@pytest.fixture(scope="session")
+def local() -> LocalCluster:
+    cluster = LocalCluster("e2e")
+    if os.environ.get("E2E_KUBECONFIG") != str(cluster.paths.kubeconfig) or not cluster.running():
+        pytest.fail("these tests check the local cluster 'e2e' (cluster up --name e2e --real-node), "
+                    f"which is not the e2e cluster in use (E2E_KUBECONFIG={os.environ.get('E2E_KUBECONFIG')})")
+    return cluster

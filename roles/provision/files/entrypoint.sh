@@ -1,50 +1,142 @@
 #!/bin/bash
-# Runs one SampleDB server. Whether it is the primary or a streaming replica comes from its own pod label
-# sampledb.example.com/role (the operator's leader role sets it; /etc/podinfo/labels is a downward API
-# volume, refreshed while the pod runs). A replica relabelled "primary" promotes itself.
+# Runs one SampleDB server, as the image's postgres user (the pod's securityContext; never root). Whether it is
+# the primary or a streaming replica comes from its own pod label sampledb.example.com/role (the operator's
+# leader role sets it; /etc/podinfo/labels is a downward API volume, refreshed while the pod runs):
+#   - a new primary is initialised (initdb, then the replication role); a new replica is cloned from the
+#     primary's Service (pg_basebackup -R: standby.signal, and primary_conninfo with the replication password);
+#   - a replica relabelled "primary" promotes itself (pg_ctl promote);
+#   - a primary relabelled "replica" (another server was promoted) stops; when the container starts again its
+#     data, which may have diverged, is kept aside in $PGDATA.former-primary and it is cloned from the new primary;
+#   - data of an older major version (a major upgrade) is kept aside in $PGDATA.v<major>, and the server starts
+#     afresh: a primary empty (the operator's load Job fills it), a replica as a clone;
+#   - SIGTERM or SIGINT (the pod is deleted) stops the server in fast mode: open sessions do not hold it up.
+# bash is PID 1 of the container: every long step runs in the background and is waited for, so that a signal is
+# handled at once (a trap waits for a foreground command to finish; PID 1 without a trap ignores SIGTERM).
 set -euo pipefail
-: "${PGDATA:?}" "${POSTGRES_USER:=postgres}" "${PRIMARY_HOST:?}"
+: "${PGDATA:?}" "${PRIMARY_HOST:?}" "${POSTGRES_PASSWORD:?}" "${REPLICATION_PASSWORD:?}"
+POSTGRES_USER=${POSTGRES_USER:-postgres}
+REPLICATION_USER=${REPLICATION_USER:-replicator}
+PRIMARY_PORT=${PRIMARY_PORT:-${PGPORT:-5432}}
 LABELS=${LABELS_FILE:-/etc/podinfo/labels}
 CONF=${CONF_DIR:-/etc/sampledb}
+SERVER_OPTS=(-c "config_file=$CONF/postgresql.conf" -c "hba_file=$CONF/pg_hba.conf")
+# the pod's name in process titles and in the primary's pg_stat_replication.application_name
+[ -z "${POD_NAME:-}" ] || SERVER_OPTS+=(-c "cluster_name=$POD_NAME")
 
-role() { sed -n 's/^sampledb.example.com\/role="\(.*\)"$/\1/p' "$LABELS" 2>/dev/null || true; }
+log() { echo "sampledb: $*" >&2; }
+die() { log "$*"; exit 1; }
 
-# Wait (up to 5 minutes) for the operator to say what this server is.
-for _ in $(seq 300); do [ -n "$(role)" ] && break; sleep 1; done
-[ -n "$(role)" ] || { echo "no sampledb.example.com/role label after 5 minutes" >&2; exit 1; }
+server="" child="" stopping=0
+on_stop() {
+  stopping=1
+  if [ -n "$server" ]; then
+    log "stopping the server (fast shutdown: open sessions are disconnected)"
+    kill -INT "$server" 2>/dev/null || true
+  fi
+  [ -z "$child" ] || kill -TERM "$child" 2>/dev/null || true
+}
+trap on_stop TERM INT
 
-major() { postgres --version | sed -E 's/.* ([0-9]+)(\.[0-9]+)?.*/\1/'; }
+# run CMD...: runs it in the background and waits for it; before the server runs, a stop request ends the script.
+run() {
+  local rc
+  if [ "$stopping" = 1 ] && [ -z "$server" ]; then log "stopped before the server started"; exit 143; fi
+  "$@" <&0 &  # (an asynchronous command's stdin is /dev/null unless redirected: keep the caller's)
+  child=$!
+  while :; do
+    if wait "$child"; then rc=0; else rc=$?; fi
+    kill -0 "$child" 2>/dev/null || break  # else the wait was interrupted by a signal: wait again
+  done
+  child=""
+  if [ "$stopping" = 1 ] && [ -z "$server" ]; then log "stopped before the server started"; exit 143; fi
+  return "$rc"
+}
+
+role() { sed -n 's/^sampledb\.example\.com\/role="\(.*\)"$/\1/p' "$LABELS" 2>/dev/null || true; }
+major() { postgres --version | sed -E 's/^[^0-9]*([0-9]+).*$/\1/'; }
+keep_aside() {  # keep_aside SUFFIX WHY: moves $PGDATA to $PGDATA.SUFFIX (replacing an earlier one)
+  writable_volume
+  log "$2: keeping $PGDATA as $PGDATA.$1"
+  rm -rf "${PGDATA:?}.$1"
+  mv "$PGDATA" "$PGDATA.$1"
+}
+
+# Wait for the operator to say what this server is.
+for ((i = 0; i < ${LABEL_WAIT_SECONDS:-300}; i++)); do [ -n "$(role)" ] && break; run sleep 1; done
+[ -n "$(role)" ] || die "no sampledb.example.com/role label in $LABELS after ${LABEL_WAIT_SECONDS:-300}s: is the operator running?"
+
+# PGDATA is a directory of this server's user, mode 0700, as PostgreSQL requires; it (and the temporary ones beside
+# it) are created in the data volume by this user, so the volume must be writable by it to create or replace it.
+volume=$(dirname "$PGDATA")
+if [ -e "$PGDATA" ]; then
+  [ -O "$PGDATA" ] || die "the data directory $PGDATA belongs to uid $(stat -c %u "$PGDATA"), not to this server's uid $(id -u)"
+  chmod 0700 "$PGDATA"  # an fsGroup change of the volume makes it group-writable, which the server refuses
+fi
+writable_volume() {
+  if [ ! -w "$volume" ] || [ ! -x "$volume" ]; then
+    die "the data volume $volume (mode $(stat -c %a "$volume"), owner $(stat -c %u:%g "$volume")) is not writable by uid $(id -u) (gid $(id -g), groups $(id -G)), so $PGDATA cannot be created or replaced: give the pod's securityContext an fsGroup the volume honours, or a volume created writable (local-path: mode 0777)"
+  fi
+}
 
 if [ -s "$PGDATA/PG_VERSION" ] && [ "$(cat "$PGDATA/PG_VERSION")" != "$(major)" ]; then
-  # A major upgrade: these binaries cannot read the old files. Keep them aside (never deleted by the
-  # operator) and start afresh: the primary empty, for the operator's load Job to fill from the migration
-  # dump; a replica as a clone of the new primary.
   old=$(cat "$PGDATA/PG_VERSION")
-  rm -rf "$PGDATA.v$old"
-  mv "$PGDATA" "$PGDATA.v$old"
+  keep_aside "v$old" "the data is PostgreSQL $old and this is PostgreSQL $(major)"
+fi
+if [ -s "$PGDATA/PG_VERSION" ] && [ "$(role)" = replica ] && [ ! -f "$PGDATA/standby.signal" ]; then
+  keep_aside former-primary "this server was a primary and is now a replica (its data may have diverged)"
 fi
 
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
-  if [ "$(role)" = "primary" ]; then
-    initdb --username="$POSTGRES_USER" --pwfile=<(printf '%s' "$POSTGRES_PASSWORD") --auth=scram-sha-256 -D "$PGDATA"
-    pg_ctl -D "$PGDATA" -w -o "-c config_file=$CONF/postgresql.conf -c hba_file=$CONF/pg_hba.conf -c listen_addresses=''" start
-    PGPASSWORD="$POSTGRES_PASSWORD" psql -X -w -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres \
-      -c "CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD '${REPLICATION_PASSWORD//\'/\'\'}'"
-    pg_ctl -D "$PGDATA" -w stop
+  # Built beside PGDATA and renamed when complete: an interrupted initdb or clone is never taken for data.
+  writable_volume
+  new="$PGDATA.new"
+  rm -rf "$new"
+  if [ "$(role)" = primary ]; then
+    log "initialising a new database"
+    run initdb -D "$new" --username="$POSTGRES_USER" --pwfile=<(printf '%s\n' "$POSTGRES_PASSWORD") --auth=scram-sha-256
+    # The replication role, with the server reachable only on its socket (not Ready meanwhile: the probes use TCP).
+    run pg_ctl -D "$new" -w -o "-c config_file=$CONF/postgresql.conf -c hba_file=$CONF/pg_hba.conf -c listen_addresses=''" start
+    PGPASSWORD="$POSTGRES_PASSWORD" run psql -X -w -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres \
+      -v user="$REPLICATION_USER" -v pass="$REPLICATION_PASSWORD" \
+      <<<"SELECT format('CREATE ROLE %I WITH REPLICATION LOGIN PASSWORD %L', :'user', :'pass') \gexec"
+    run pg_ctl -D "$new" -w -m fast stop
   else
-    PGPASSWORD="$REPLICATION_PASSWORD" pg_basebackup -h "$PRIMARY_HOST" -U replicator -D "$PGDATA" -R -X stream
+    log "waiting for the primary at $PRIMARY_HOST:$PRIMARY_PORT"
+    for ((i = 0; i < ${PRIMARY_WAIT_SECONDS:-600}; i += 2)); do
+      pg_isready -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" && break
+      run sleep 2
+    done
+    pg_isready -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" ||
+      die "no primary accepting connections at $PRIMARY_HOST:$PRIMARY_PORT after ${PRIMARY_WAIT_SECONDS:-600}s: nothing to clone"
+    log "cloning the primary at $PRIMARY_HOST:$PRIMARY_PORT"
+    PGPASSWORD="$REPLICATION_PASSWORD" run pg_basebackup -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -U "$REPLICATION_USER" -w \
+      -D "$new" -R -X stream --checkpoint=fast
   fi
+  if [ -e "$PGDATA" ]; then keep_aside incomplete "there is no PG_VERSION in it"; fi
+  mv "$new" "$PGDATA"
 fi
 
-postgres -D "$PGDATA" -c config_file="$CONF/postgresql.conf" -c hba_file="$CONF/pg_hba.conf" &
+log "starting as $(role)"
+postgres -D "$PGDATA" "${SERVER_OPTS[@]}" &
 server=$!
-trap 'kill -TERM $server; wait $server' TERM INT
 
-# Follow the label: promote when this replica becomes the primary.
-while kill -0 "$server" 2>/dev/null; do
-  if [ "$(role)" = "primary" ] && [ -f "$PGDATA/standby.signal" ]; then
-    pg_ctl -D "$PGDATA" promote
+# Follow the label while the server runs.
+while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
+  if [ "$(role)" = primary ] && [ -f "$PGDATA/standby.signal" ]; then
+    log "relabelled primary: promoting"
+    pg_ctl -D "$PGDATA" -w promote &
+    wait $! || [ "$stopping" = 1 ] || log "the promotion did not complete; trying again"
+  elif [ "$(role)" = replica ] && [ ! -f "$PGDATA/standby.signal" ]; then
+    log "relabelled replica while running as a primary: stopping (a restart clones the new primary)"
+    on_stop
   fi
-  sleep 2
+  sleep 2 &
+  wait $! || true
 done
-wait "$server"
+rc=0
+while :; do
+  if wait "$server"; then rc=0; else rc=$?; fi
+  kill -0 "$server" 2>/dev/null || break
+done
+log "the server exited with status $rc"
+exit "$rc"

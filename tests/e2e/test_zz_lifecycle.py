@@ -1,0 +1,45 @@
+"""`cluster down` on the real node leaves nothing behind, and `cluster up` brings it back. The last module
+of the e2e group (its tests run in file order on one worker), since it stops the cluster the others use."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from localcluster import node
+from localcluster.cluster import LocalCluster
+from tests.kube import Kube
+from tests.realnode import process_alive, process_name, simple_pod, wait_pod_ready
+
+pytestmark = pytest.mark.xdist_group("e2e")
+
+
+def test_down_leaves_nothing_behind_and_up_comes_back(real: Kube, local: LocalCluster) -> None:
+    """Runs last in the e2e group: the cluster goes down (pods still running) and comes back up."""
+    real.core.create_namespaced_pod("default", simple_pod("left-running", ["sleep", "infinity"]))
+    wait_pod_ready(real, "default", "left-running")
+    pids = {c: local.pid(c) for c in local.components}
+    local.down()
+    try:
+        for component, pid in pids.items():
+            assert pid is None or not process_alive(pid), f"{component} still runs"
+        assert node.leftover_iptables() == []
+        assert subprocess.run(["ip", "link", "show", node.BRIDGE], capture_output=True).returncode != 0
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert "cni-" not in netns
+        with open("/proc/self/mountinfo") as fh:
+            mounts = [line.split()[4] for line in fh]
+        assert not [m for m in mounts if m.startswith((str(local.node.layout.root), str(local.node.layout.run)))]
+        assert node.NODE_IP not in subprocess.run(["ip", "addr", "show", "lo"], capture_output=True,
+                                                  text=True).stdout
+        shims = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and process_alive(int(p.name))
+                 and process_name(int(p.name)).startswith("containerd-shim")]
+        assert shims == []
+    finally:
+        started = time.monotonic()
+        local.up(timeout=300)
+        print(f"warm cluster up --real-node: {time.monotonic() - started:.1f} s")
+    real.core.delete_namespaced_pod("left-running", "default", grace_period_seconds=0)

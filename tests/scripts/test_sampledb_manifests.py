@@ -1,0 +1,95 @@
+"""What the roles render for the pods a real node runs (the servers and every Job), with the roles' own defaults:
+who they run as, what they reach, and what the servers are configured with. test_sampledb_scripts.py runs them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.scripts.manifests import render, sampledb_vars
+
+POD_TEMPLATES = ["statefulset.yaml.j2", "init-job.yaml.j2", "job.yaml.j2", "cronjob.yaml.j2", "restore-job.yaml.j2",
+                 "migration-job.yaml.j2", "prune-job.yaml.j2"]
+JOB_FACTS = {"db_version": "15.18", "backup_name": "db-nightly", "backup_pruned": [{"metadata": {"name": "old"}}],
+             "restore_claim": "src-backups", "restore_path": "src/b.sql.gz",
+             "upgrade_image": "docker.io/library/postgres:18.6", "job_name": "db-migrate-18-6",
+             "job_command": ["/bin/bash", "/etc/sampledb/migrate.sh", "dump", "/backups/db/m.sql.gz"]}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    [out] = render((["configmap.yaml.j2", *POD_TEMPLATES],
+                    {**sampledb_vars("db", replicas=3, parameters={"max_connections": "200", "hot_standby": "off",
+                                                                   "log_line_prefix": "%m it's \\n"}), **JOB_FACTS}))
+    return out
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    spec = obj["spec"]
+    if obj["kind"] == "CronJob":
+        spec = spec["jobTemplate"]["spec"]
+    return spec["template"]["spec"]
+
+
+@pytest.mark.parametrize("template", POD_TEMPLATES)
+def test_every_pod_runs_as_the_images_postgres_user(rendered, template: str) -> None:
+    [obj] = rendered[template]
+    spec = pod_spec(obj)
+    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 999, "runAsGroup": 999, "fsGroup": 999,
+                                       "fsGroupChangePolicy": "OnRootMismatch",
+                                       "seccompProfile": {"type": "RuntimeDefault"}}
+    assert spec["automountServiceAccountToken"] is False
+    for container in spec["containers"]:
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        # the API takes only strings as env values
+        assert all(isinstance(e.get("value", ""), str) for e in container.get("env", [])), container["env"]
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        if "PGHOST" in env and template != "statefulset.yaml.j2":
+            assert (env["PGHOST"], env["PGPORT"]) == ("db-primary", "5432")  # the primary's Service
+
+
+def test_the_jobs_use_the_image_of_the_version_they_serve(rendered) -> None:
+    image = {t: pod_spec(rendered[t][0])["containers"][0]["image"] for t in POD_TEMPLATES}
+    assert image.pop("migration-job.yaml.j2") == "docker.io/library/postgres:18.6"  # the new major's pg_dumpall
+    assert set(image.values()) == {"docker.io/library/postgres:15.18"}
+
+
+def test_the_bootstrap_and_the_restore_set_the_replication_password(rendered) -> None:
+    for template in ("init-job.yaml.j2", "restore-job.yaml.j2"):
+        env = {e["name"]: e for e in pod_spec(rendered[template][0])["containers"][0]["env"]}
+        assert env["REPLICATION_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "db-credentials",
+                                                                             "key": "replication-password"}
+
+
+def test_the_servers_configuration(rendered) -> None:
+    data = rendered["configmap.yaml.j2"][0]["data"]
+    conf = dict(line.split(" = ", 1) for line in data["postgresql.conf"].splitlines())
+    assert conf["max_connections"] == "'200'"  # spec.parameters
+    # what the probes, the Services and the replicas depend on wins over spec.parameters
+    assert conf["hot_standby"] == "'on'" and conf["listen_addresses"] == "'*'" and conf["port"] == "'5432'"
+    assert conf["unix_socket_directories"] == "'/var/run/postgresql'"
+    assert conf["log_line_prefix"] == "'%m it''s \\\\n'"  # quote doubled, backslash escaped
+    hba = [line.split() for line in data["pg_hba.conf"].splitlines() if line and not line.startswith("#")]
+    assert hba == [["local", "all", "all", "scram-sha-256"], ["host", "all", "all", "all", "scram-sha-256"],
+                   ["host", "replication", "replicator", "all", "scram-sha-256"]]
+    assert {"entrypoint.sh", "common.sh", "init.sh", "backup.sh", "restore.sh", "migrate.sh"} <= set(data)
+
+
+def test_the_server_pod(rendered) -> None:
+    spec = pod_spec(rendered["statefulset.yaml.j2"][0])
+    [container] = spec["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PGDATA"] == "/var/lib/postgresql/data/pgdata"  # a directory in the volume, not its root
+    assert (env["PRIMARY_HOST"], env["PGHOST"]) == ("db-primary", "/var/run/postgresql")
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert mounts["data"] == "/var/lib/postgresql/data" and mounts["run"] == "/var/run/postgresql"
+    assert "emptyDir" in volumes["run"] and volumes["shm"]["emptyDir"]["medium"] == "Memory"
+    # a slow initdb or clone is not killed; only a server that does not answer at all is restarted
+    startup, ready, alive = container["startupProbe"], container["readinessProbe"], container["livenessProbe"]
+    assert startup["exec"] == ready["exec"] and "-h 127.0.0.1" in ready["exec"]["command"][-1]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 3600
+    assert "pg_isready" in alive["exec"]["command"][-1]
+    assert all(p["timeoutSeconds"] >= 3 for p in (startup, ready, alive))
+    assert spec["terminationGracePeriodSeconds"] >= 30
