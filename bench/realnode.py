@@ -1,0 +1,94 @@
+"""`python -m bench.realnode`: figures of the real node (`cluster up --name e2e --real-node`): a warm
+`cluster up` after `down`, one PostgreSQL server pod's start (created → Ready, image already imported),
+deploy/samples' SampleDB created → Ready with three real servers, and the node components' memory.
+Prints a table and writes it to bench/results/<date>-realnode.md; asserts nothing."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from bench.__main__ import write_table
+from bench.harness import OURS_READY, median, ours
+from localcluster import images
+from localcluster.build import binary
+from localcluster.cluster import NODE_ORDER, LocalCluster
+from tests.kube import Kube, wait_for
+from tests.operator import ROOT, install_sampledb_crds, sampledb_watches
+from tests.realnode import simple_pod, wait_pod_ready
+from tests.sampledb import GROUP, PLURAL, VERSION, get, sample
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def server_pod_start(kube: Kube, ns: str, i: int) -> float:
+    pod = simple_pod(f"pg{i}", ["bash", "-c", "initdb -D /tmp/d --auth=trust >/dev/null && exec postgres -D /tmp/d -k /tmp"],
+                     image=f"{images.POSTGRES_REPO}:{images.POSTGRES_VERSIONS[0]}",
+                     securityContext={"runAsUser": 999, "runAsGroup": 999})
+    pod["spec"]["containers"][0]["readinessProbe"] = {"exec": {"command": ["pg_isready", "-h", "127.0.0.1"]},
+                                                      "periodSeconds": 1}
+    t0 = time.monotonic()
+    kube.core.create_namespaced_pod(ns, pod)
+    wait_pod_ready(kube, ns, f"pg{i}")
+    return time.monotonic() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.realnode", description=__doc__)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    cluster = LocalCluster("e2e", real_node=True)
+    cluster.up(timeout=600)
+    cluster.down()
+    t0 = time.monotonic()
+    cluster.up(timeout=600)
+    warm_up = time.monotonic() - t0
+    kube = Kube(cluster.paths.kubeconfig, str(binary("kubectl")))
+    install_sampledb_crds(kube)
+    ns = f"bench-real-{int(time.time())}"
+    kube.kubectl("create", "namespace", ns)
+    starts = [server_pod_start(kube, ns, i) for i in range(args.runs)]
+    watches = Path(tempfile.mkdtemp(prefix="bench-real-")) / "watches.yaml"
+    watches.write_text(yaml.safe_dump(sampledb_watches()))
+    op = ours(kube, ns, watches, "--ansible-roles-path", str(ROOT / "roles"))
+    op.start(OURS_READY)
+    ready = []
+    try:
+        for i in range(args.runs):
+            t0 = time.monotonic()
+            kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, sample(f"db{i}"))
+            wait_for("Ready", lambda i=i: (get(kube, ns, f"db{i}").get("status") or {}).get("phase") == "Ready",
+                     timeout=600, interval=0.2)
+            ready.append(time.monotonic() - t0)
+            print(f"  db{i}: create → Ready {ready[-1]:.1f} s", flush=True)
+            kube.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, f"db{i}",
+                                                       {"spec": {"deletionPolicy": "Delete"}})
+            kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, f"db{i}")
+            wait_for("the database to go", lambda i=i: not [
+                d for d in kube.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
+                if d["metadata"]["name"] == f"db{i}"], timeout=300)
+        memory = {c: rss_mb(pid) for c in NODE_ORDER if (pid := cluster.pid(c))}
+    finally:
+        op.stop()
+        kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    rows = [["warm `cluster up --real-node` after `down`", f"{warm_up:.1f}", "", ""],
+            ["PostgreSQL server pod created → Ready (initdb + start)", *(f"{f(starts):.1f}" for f in (median, min, max))],
+            ["deploy/samples SampleDB (3 real servers) created → Ready",
+             *(f"{f(ready):.1f}" for f in (median, min, max))]]
+    rows += [[f"RSS of {c} [MB]", f"{mb:.0f}", "", ""] for c, mb in memory.items()]
+    write_table("realnode", [f"real node, {args.runs} runs [s]", "median", "min", "max"], rows,
+                role="the SampleDB operator (this repository's watches.yaml) on the local cluster's real node")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
