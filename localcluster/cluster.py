@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -360,10 +361,16 @@ class LocalCluster:
             if recorded is not None and recorded != self.real_node and any(self.pid(c) for c in START_ORDER + NODE_ORDER):
                 raise ClusterError(f"cluster {self.name!r} runs {'with' if recorded else 'without'} a real node; "
                                    f"stop it first: playbook-operator cluster down --name {self.name}")
-            build.build()
             if self.real_node:
-                nodebuild.build_node()
-                archives = images.build_all()
+                # Image builds mostly wait on Debian's mirror and dpkg, the Go builds on the CPU: a cold
+                # first start overlaps them.
+                with ThreadPoolExecutor(max_workers=1) as pool:
+                    built = pool.submit(images.build_all)
+                    build.build()
+                    nodebuild.build_node()
+                    archives = built.result()
+            else:
+                build.build()
             if not self.pki.exists():
                 self.pki.generate()
             if self.real_node and not self.pki.serves(NODE_IP):

@@ -77,6 +77,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # xdist_group keeps the e2e modules in file order on one worker (the last one stops the cluster).
+    # pytest-xdist marks grouped items by rewriting their node ids; a pytest that ignores that rewrite
+    # (9.2 with xdist 3.8) scatters the group silently, so its tests fail here instead of racing.
+    if (_is_xdist_worker(item.config) and getattr(item.config.option, "loadgroup", False)
+            and item.get_closest_marker("xdist_group") and "@" not in item.nodeid):
+        pytest.fail("pytest-xdist did not keep this test's xdist_group together: this pytest/pytest-xdist "
+                    "pair ignores xdist_group; install the pinned versions (constraints.txt)", pytrace=False)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _is_xdist_worker(config):
         return

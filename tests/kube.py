@@ -94,6 +94,9 @@ def fresh_namespace(kube: Kube, test_name: str) -> Iterator[str]:
     name = f"t-{base}-{uuid.uuid4().hex[:6]}"
     kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
         name=name, labels={"playbook-operator.test/namespace": "true"})))
+    # Pods are refused until the ServiceAccount controller has made the namespace's "default" account.
+    wait_for(f"the ServiceAccount default in {name}",
+             lambda: kube.core.read_namespaced_service_account("default", name), timeout=60)
     try:
         yield name
     finally:

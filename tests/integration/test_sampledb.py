@@ -101,6 +101,6 @@ def test_every_role_is_idempotent(kube: Kube, namespace: str, sampledb_operators
     assert condition(db, "Ready")["status"] == "True" and condition(db, "Progressing")["status"] == "False"
     assert condition(db, "Degraded")["status"] == "False"
     runs = len(re.findall(r"run end: SampleDB \S+/idem", op.logs()))
-    log = op.wait_for_log(r"run end: SampleDB \S+/idem", count=runs + 3, timeout=60)
+    log = op.wait_for_log(r"run end: SampleDB \S+/idem", count=runs + 3, timeout=180)
     last = re.findall(r"run end: SampleDB \S+/idem (\w+) in \S+ \(ok=\d+ changed=(\d+)", log)[-2:]
     assert last == [("succeeded", "0"), ("succeeded", "0")], last

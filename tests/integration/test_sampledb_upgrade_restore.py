@@ -135,9 +135,9 @@ def test_a_failed_step_stops_the_upgrade_on_the_old_version(kube: Kube, namespac
     wait_phase(kube, namespace, "stuck")
     patch(kube, namespace, "stuck", {"version": "15.9"})
     db = wait_for("the upgrade to stop", lambda: (d := get(kube, namespace, "stuck")) and
-                  condition(d, "Degraded").get("reason") == "UpgradeFailed" and d, timeout=90)
+                  condition(d, "Degraded").get("reason") == "UpgradeFailed" and d, timeout=240)
     msg = condition(db, "Degraded")["message"]
     assert "the pre-upgrade backup stuck-pre-15-9 failed" in msg and "still serving 15.8" in msg, msg
     assert db["status"]["version"] == "15.8" and db["status"]["phase"] == "Ready"
     assert set(images(kube, namespace, "stuck").values()) == {IMAGE.format("15.8")}
-    assert wait_for("an UpgradeFailed event", lambda: events(kube, namespace, "UpgradeFailed"))[0].type == "Warning"
+    assert wait_for("an UpgradeFailed event", lambda: events(kube, namespace, "UpgradeFailed"), timeout=120)[0].type == "Warning"
