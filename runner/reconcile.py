@@ -208,7 +208,7 @@ class Reconciler:
             label=f"{self.kind} {ns + '/' if ns else ''}{name}",
         )
         what = "finalizer" if finalizer_run else "run"
-        log.info("%s start: %s (%s) [%s]", what, request.label, watch.target, ",".join(sorted(reasons)),
+        log.info("%s start: %s (%s) [%s]", what, request.label, watch.run_target(finalizer_run), ",".join(sorted(reasons)),
                  extra={"object": request.label, "ident": request.ident})
         metrics.RUNS_TOTAL.labels(self.kind).inc()
         t0 = time.monotonic()

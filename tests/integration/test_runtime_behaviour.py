@@ -141,7 +141,10 @@ def test_finalizer_runs_before_the_object_goes(kube: Kube, namespace: str, widge
     wait_for("the Widget to be gone", lambda: not widgets.exists("f"), timeout=60)
     receipt = kube.core.read_namespaced_config_map("f-finalized", namespace)
     assert receipt.data == {"cleanup": "thorough"}  # the finalizer's vars reached its role
-    assert "finalizer end: Widget" in op.logs()
+    log = op.logs()
+    assert "finalizer end: Widget" in log
+    # the log names what ran: the finalizer's role, not the watch's main one
+    assert re.search(r"finalizer start: Widget \S+/f \(role \S*widget_finalizer\)", log), log
 
 
 def test_failing_finalizer_keeps_the_object_until_fixed(widgets: Widgets, start_operator) -> None:

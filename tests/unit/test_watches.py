@@ -141,6 +141,13 @@ def test_mistakes_name_file_entry_and_field(project: Path, text: str, expected: 
 def test_finalizer_with_only_vars_reruns_the_main_role(project: Path) -> None:
     (w,) = load(project, "- {version: v1, group: g.io, kind: K, role: memcached, finalizer: {name: f, vars: {state: absent}}}\n")
     assert w.finalizer is not None and w.finalizer.role is None and w.finalizer.vars == {"state": "absent"}
+    assert w.run_target(finalizer_run=True) == w.run_target(finalizer_run=False) == w.target
+
+
+def test_a_finalizer_run_names_the_finalizers_own_role(project: Path) -> None:
+    (w,) = load(project, "- {version: v1, group: g.io, kind: K, role: memcached, finalizer: {name: f, role: cleanup}}\n")
+    assert w.run_target(finalizer_run=True) == f"role {project / 'roles' / 'cleanup'}"
+    assert w.run_target(finalizer_run=False) == f"role {project / 'roles' / 'memcached'}"
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
