@@ -1,4 +1,4 @@
-"""`python -m bench.realnode`: figures of the real node (`cluster up --name e2e --real-node`): a warm
+"""`python -m bench.realnode`: figures of the real node (`cluster --name e2e up --real-node`): a warm
 `cluster up` after `down`, one PostgreSQL server pod's start (created → Ready, image already imported),
 deploy/samples' SampleDB created → Ready with three real servers, and the node components' memory.
 Prints a table and writes it to bench/results/<date>-realnode.md; asserts nothing."""

@@ -360,7 +360,7 @@ class LocalCluster:
             recorded = self._load_state().get("real_node")
             if recorded is not None and recorded != self.real_node and any(self.pid(c) for c in START_ORDER + NODE_ORDER):
                 raise ClusterError(f"cluster {self.name!r} runs {'with' if recorded else 'without'} a real node; "
-                                   f"stop it first: playbook-operator cluster down --name {self.name}")
+                                   f"stop it first: playbook-operator cluster --name {self.name} down")
             if self.real_node:
                 # Image builds mostly wait on Debian's mirror and dpkg, the Go builds on the CPU: a cold
                 # first start overlaps them.
@@ -375,8 +375,8 @@ class LocalCluster:
                 self.pki.generate()
             if self.real_node and not self.pki.serves(NODE_IP):
                 raise ClusterError(f"cluster {self.name!r} was made before real nodes existed (its certificate does "
-                                   f"not name {NODE_IP}); remove it with: playbook-operator cluster down --purge "
-                                   f"--name {self.name}")
+                                   f"not name {NODE_IP}); remove it with: playbook-operator cluster "
+                                   f"--name {self.name} down --purge")
             if self.real_node:
                 # Addresses, bridge and the firewall rule come before the API server binds and before any pod.
                 self.node.setup_network()

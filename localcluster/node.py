@@ -118,7 +118,7 @@ class RealNode:
             owner = ""
         if owner and owner != self.cluster and _sh("ip", "link", "show", BRIDGE, check=False).returncode == 0:
             raise NodeError(f"cluster {owner!r} runs this machine's real node (one at a time); stop it first:\n"
-                            f"  playbook-operator cluster down --name {owner}")
+                            f"  playbook-operator cluster --name {owner} down")
         OWNER_FILE.write_text(self.cluster + "\n")
 
     def setup_network(self) -> None:

@@ -5,7 +5,7 @@ plane named ``test`` is brought up (built the first time) and stopped again at t
 if this session started it (set PLAYBOOK_OPERATOR_KEEP_CLUSTER=1 to keep it for the next run).
 
 The e2e tier (tests/e2e) needs pods that really run: it uses E2E_KUBECONFIG (or KUBECONFIG) when set,
-else the local cluster ``e2e`` with a real node (``cluster up --name e2e --real-node``), brought up
+else the local cluster ``e2e`` with a real node (``cluster --name e2e up --real-node``), brought up
 here too, before any worker starts, so that its first build does not compete with running tests.
 """
 

@@ -62,6 +62,6 @@ def real_sampledb_operator(real: Kube, real_namespace: str, real_sampledb_crds: 
 def local() -> LocalCluster:
     cluster = LocalCluster("e2e")
     if os.environ.get("E2E_KUBECONFIG") != str(cluster.paths.kubeconfig) or not cluster.running():
-        pytest.fail("these tests check the local cluster 'e2e' (cluster up --name e2e --real-node), "
+        pytest.fail("these tests check the local cluster 'e2e' (cluster --name e2e up --real-node), "
                     f"which is not the e2e cluster in use (E2E_KUBECONFIG={os.environ.get('E2E_KUBECONFIG')})")
     return cluster
