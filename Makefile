@@ -86,7 +86,7 @@ node-deps:
 .PHONY: test
 test: venv lint test-deps ## ruff and the whole pytest suite (brings up a local cluster when KUBECONFIG is unset)
 	@start=$$(date +%s); \
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); rc=$$?; \
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 .PHONY: molecule

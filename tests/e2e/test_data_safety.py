@@ -1,0 +1,118 @@
+"""Data safety on real PostgreSQL, proven with rows: a writer records every commit the server
+acknowledged while an operation runs, and afterwards every acknowledged row must be there; a checker
+polls every server and no two may accept writes at the same time (tests/writes.py)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from localcluster import images
+from tests.kube import Kube, wait_for
+from tests.realnode import psql_in_server, wait_endpoints
+from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, get, roles, sample, wait_phase
+from tests.writes import TABLE, PrimaryChecker, Writer, primaries_overlap
+
+pytestmark = pytest.mark.xdist_group("e2e")
+IMAGE = f"{images.POSTGRES_REPO}:{images.POSTGRES_VERSIONS[0]}"
+
+
+def _rows(real: Kube, namespace: str, pod: str) -> set[int]:
+    out = psql_in_server(real, namespace, pod, f"select seq from {TABLE} order by seq", database="app")
+    return {int(x) for x in out.split()}
+
+
+def _ready_database(real: Kube, namespace: str, name: str, **spec: object) -> dict:
+    real.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample(name, **spec))
+    db = wait_phase(real, namespace, name, timeout=420)
+    wait_endpoints(real, namespace, f"{name}-primary", [db["status"]["currentPrimary"]])
+    return db
+
+
+def test_a_backup_taken_while_writing_restores_every_row_acknowledged_before_it(
+        real: Kube, real_namespace: str, real_sampledb_operator) -> None:
+    real_sampledb_operator()
+    ns = real_namespace
+    _ready_database(real, ns, "src", replicas=1)
+    writer = Writer(real, ns, "src", IMAGE)
+
+    requested = time.time()
+    backup(real, ns, "during", database="src")
+    st = wait_for("the backup to complete", lambda: (
+        s := backup_status(real, ns, "during")).get("phase") in ("Completed", "Failed") and s, timeout=300)
+    assert st["phase"] == "Completed", st
+    writer.wait_for_more(10)
+    writes = writer.stop()
+    before = writes.acked_before(requested)
+    assert len(before) >= 5, "the writer had not written before the backup"
+
+    restored = _ready_database(real, ns, "copy", replicas=1, restoreFrom={"backup": "during"})
+    copy = _rows(real, ns, restored["status"]["currentPrimary"])
+    missing = sorted(before - copy)
+    assert not missing, f"{len(missing)} rows acknowledged before the backup are not in its restore: {missing[:20]}"
+    # The copy is one consistent point in the source's history: exactly the source's rows up to its newest.
+    source = _rows(real, ns, get(real, ns, "src")["status"]["currentPrimary"])
+    assert copy == {seq for seq in source if seq <= max(copy)}
+    assert set(writes.acked) <= source, "the source lost acknowledged rows while being backed up"
+
+
+def test_deleting_the_primary_pod_loses_no_acknowledged_row_and_never_makes_two_primaries(
+        real: Kube, real_namespace: str, real_sampledb_operator) -> None:
+    real_sampledb_operator()
+    ns = real_namespace
+    db = _ready_database(real, ns, "ha", replicas=3)
+    old_primary = db["status"]["currentPrimary"]
+    servers = sorted(roles(real, ns, "ha"))
+    checker = PrimaryChecker(real, ns, "ha", servers, IMAGE)
+    writer = Writer(real, ns, "ha", IMAGE)
+
+    real.core.delete_namespaced_pod(old_primary, ns)
+    # writes are accepted again through the -primary Service, by whichever server is primary now
+    writer.wait_for_more(30, timeout=300)
+    wait_phase(real, ns, "ha", timeout=300)
+    writes = writer.stop()
+    observations = checker.stop()
+
+    primary = get(real, ns, "ha")["status"]["currentPrimary"]
+    assert psql_in_server(real, ns, primary, "select pg_is_in_recovery()") == "f"
+    present = _rows(real, ns, primary)
+    missing = sorted(set(writes.acked) - present)
+    assert not missing, f"{len(missing)} acknowledged rows lost: {missing[:20]}"
+    assert primaries_overlap(observations) == [], "two servers accepted writes at once"
+    # Every other server is a replica of the one primary, streaming from it: no second primary was left.
+    for pod in servers:
+        if pod != primary:
+            wait_for(f"{pod} to be a replica", lambda p=pod: psql_in_server(
+                real, ns, p, "select pg_is_in_recovery()", check=False) == "t", timeout=300, interval=2)
+    print(f"primary {old_primary} deleted → {primary}; longest write gap {writes.longest_gap():.1f} s; "
+          f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
+
+
+def test_a_minor_upgrade_under_writes_loses_no_acknowledged_row_and_never_makes_two_primaries(
+        real: Kube, real_namespace: str, real_sampledb_operator) -> None:
+    """15.18 → 15.20: replicas first, then a switchover, then the old primary (the upgrade role's order)."""
+    real_sampledb_operator()
+    ns = real_namespace
+    old, new = images.POSTGRES_VERSIONS[0], images.POSTGRES_VERSIONS[1]
+    assert old.split(".")[0] == new.split(".")[0]
+    _ready_database(real, ns, "minor", replicas=3, version=old)
+    servers = sorted(roles(real, ns, "minor"))
+    checker = PrimaryChecker(real, ns, "minor", servers, IMAGE)
+    writer = Writer(real, ns, "minor", IMAGE)
+
+    real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "minor", {"spec": {"version": new}})
+    wait_for(f"the database on {new} and Ready", lambda: (
+        st := get(real, ns, "minor").get("status") or {}).get("version") == new and st.get("phase") == "Ready",
+        timeout=600, interval=2)
+    writer.wait_for_more(20, timeout=300)
+    writes = writer.stop()
+    observations = checker.stop()
+
+    primary = get(real, ns, "minor")["status"]["currentPrimary"]
+    assert psql_in_server(real, ns, primary, "show server_version").startswith(new)
+    missing = sorted(set(writes.acked) - _rows(real, ns, primary))
+    assert not missing, f"{len(missing)} acknowledged rows lost: {missing[:20]}"
+    assert primaries_overlap(observations) == [], "two servers accepted writes at once"
+    print(f"minor upgrade {old} → {new}: longest write gap {writes.longest_gap():.1f} s; "
+          f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")

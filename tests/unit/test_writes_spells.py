@@ -1,0 +1,25 @@
+"""The two-primaries check of the data-safety tests (tests/writes.py) on made-up observations."""
+
+from __future__ import annotations
+
+from tests.writes import primaries_overlap, primary_spells
+
+
+def test_a_clean_failover_has_no_overlap() -> None:
+    obs = [(1.0, "db-0", "f"), (1.1, "db-1", "t"), (2.0, "db-0", "down"), (2.1, "db-1", "t"),
+           (3.0, "db-0", "down"), (3.1, "db-1", "f"), (4.0, "db-0", "t"), (4.1, "db-1", "f")]
+    assert primary_spells(obs) == [("db-0", 1.0, 1.0), ("db-1", 3.1, 4.1)]
+    assert primaries_overlap(obs) == []
+
+
+def test_two_servers_read_write_at_once_are_found() -> None:
+    obs = [(1.0, "db-0", "f"), (1.1, "db-1", "t"), (2.0, "db-0", "f"), (2.1, "db-1", "f"),
+           (3.0, "db-0", "f"), (3.1, "db-1", "f"), (4.0, "db-0", "t")]
+    assert primaries_overlap(obs) == [(("db-0", 1.0, 3.0), ("db-1", 2.1, 3.1))]
+
+
+def test_a_server_that_comes_back_read_write_later_is_a_new_spell() -> None:
+    obs = [(1.0, "db-0", "f"), (2.0, "db-0", "down"), (3.0, "db-1", "f"), (4.0, "db-1", "down"),
+           (5.0, "db-0", "f")]
+    assert primary_spells(obs) == [("db-0", 1.0, 1.0), ("db-1", 3.0, 3.0), ("db-0", 5.0, 5.0)]
+    assert primaries_overlap(obs) == []

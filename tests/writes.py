@@ -1,0 +1,166 @@
+"""Proof with rows: a writer that records every commit the server acknowledged, and a checker that
+records which servers accept writes, both as pods in the database's namespace reaching the servers the
+way applications do (Services, per-pod DNS) with the credentials Secret mounted as environment.
+
+The writer inserts 1, 2, 3, ... into ``acked_writes``, one transaction and one connection per row, and
+prints ``ack N <epoch>`` only after psql returned success for that row; a failed or ambiguous commit is
+printed as ``fail``. Whatever an operation does, every acknowledged N must be in the database afterwards;
+rows that were never acknowledged may or may not be there.
+
+The checker polls each server with ``select pg_is_in_recovery()`` and prints ``<epoch> <pod> f|t|down``;
+``primaries_overlap`` finds two servers whose read-write spells (first to last ``f`` seen) overlap.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from itertools import pairwise
+
+from tests.kube import Kube, wait_for
+from tests.realnode import wait_pod_ready
+
+TABLE = "acked_writes"
+STOP_FILE = "/tmp/stop"
+
+_WRITER = f"""
+export PGCONNECT_TIMEOUT=3
+until psql -X -q -v ON_ERROR_STOP=1 -h "$HOST" -d app -c \
+    'create table if not exists {TABLE} (seq bigint primary key, at timestamptz not null default now())' \
+    >/dev/null 2>&1; do sleep 0.5; done
+echo ready
+i=0
+while [ ! -e {STOP_FILE} ]; do
+  i=$((i + 1))
+  if out=$(psql -X -q -A -t -v ON_ERROR_STOP=1 -h "$HOST" -d app \
+      -c "insert into {TABLE} (seq) values ($i)" 2>&1); then
+    echo "ack $i $(date +%s.%N)"
+  else
+    echo "fail $i $(date +%s.%N) $(echo "$out" | tr '\\n' ' ' | cut -c1-160)"
+    sleep 0.2
+  fi
+done
+echo stopped
+exec sleep infinity
+"""
+
+_CHECKER = f"""
+export PGCONNECT_TIMEOUT=1
+while [ ! -e {STOP_FILE} ]; do
+  for pod in $SERVERS; do
+    r=$(psql -X -q -A -t -h "$pod.$HEADLESS" -d app -c 'select pg_is_in_recovery()' 2>/dev/null) || r=down
+    echo "$(date +%s.%N) $pod ${{r:-down}}"
+  done
+  sleep 0.2
+done
+echo stopped
+exec sleep infinity
+"""
+
+
+def _pod(name: str, image: str, database: str, script: str, env: dict[str, str]) -> dict:
+    secret = f"{database}-credentials"
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "terminationGracePeriodSeconds": 0, "restartPolicy": "Never",
+            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": True},
+            "containers": [{
+                "name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
+                "command": ["bash", "-c", script],
+                "env": [{"name": k, "value": v} for k, v in env.items()] + [
+                    {"name": "PGUSER", "valueFrom": {"secretKeyRef": {"name": secret, "key": "username"}}},
+                    {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": secret, "key": "password"}}},
+                ]}]}}
+
+
+@dataclass
+class Writes:
+    """What the writer saw: acknowledged and failed sequence numbers with the time of each."""
+
+    acked: dict[int, float]
+    failed: dict[int, float]
+
+    def acked_before(self, epoch: float) -> set[int]:
+        return {seq for seq, at in self.acked.items() if at < epoch}
+
+    def longest_gap(self) -> float:
+        """The longest time between two consecutive acknowledgements (write downtime)."""
+        times = sorted(self.acked.values())
+        return max((b - a for a, b in pairwise(times)), default=0.0)
+
+
+class Writer:
+    def __init__(self, kube: Kube, namespace: str, database: str, image: str, name: str = "writer") -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+        host = f"{database}-primary.{namespace}.svc"
+        kube.core.create_namespaced_pod(namespace, _pod(name, image, database, _WRITER, {"HOST": host}))
+        wait_pod_ready(kube, namespace, name)
+        wait_for(f"{name} to have written", lambda: len(self.writes().acked) >= 5, timeout=120, interval=1)
+
+    def logs(self) -> str:
+        return self.kube.core.read_namespaced_pod_log(self.name, self.namespace)
+
+    def writes(self) -> Writes:
+        acked, failed = {}, {}
+        for line in self.logs().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] in ("ack", "fail"):
+                (acked if parts[0] == "ack" else failed)[int(parts[1])] = float(parts[2])
+        return Writes(acked, failed)
+
+    def wait_for_more(self, count: int = 20, timeout: float = 180) -> None:
+        """Waits until ``count`` more rows than now are acknowledged (writes flow again)."""
+        target = len(self.writes().acked) + count
+        wait_for(f"{count} more acknowledged writes", lambda: len(self.writes().acked) >= target,
+                 timeout=timeout, interval=1)
+
+    def stop(self) -> Writes:
+        self.kube.kubectl("-n", self.namespace, "exec", self.name, "--", "touch", STOP_FILE)
+        wait_for(f"{self.name} to stop", lambda: "stopped" in self.logs(), timeout=60, interval=0.5)
+        return self.writes()
+
+
+class PrimaryChecker:
+    def __init__(self, kube: Kube, namespace: str, database: str, servers: list[str], image: str,
+                 name: str = "checker") -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+        env = {"SERVERS": " ".join(servers), "HEADLESS": f"{database}-headless.{namespace}.svc"}
+        kube.core.create_namespaced_pod(namespace, _pod(name, image, database, _CHECKER, env))
+        wait_pod_ready(kube, namespace, name)
+
+    def observations(self) -> list[tuple[float, str, str]]:
+        out = []
+        for line in self.kube.core.read_namespaced_pod_log(self.name, self.namespace).splitlines():
+            m = re.fullmatch(r"(\d+\.\d+) (\S+) (\S+)", line.strip())
+            if m:
+                out.append((float(m.group(1)), m.group(2), m.group(3)))
+        return out
+
+    def stop(self) -> list[tuple[float, str, str]]:
+        self.kube.kubectl("-n", self.namespace, "exec", self.name, "--", "touch", STOP_FILE)
+        wait_for(f"{self.name} to stop", lambda: "stopped" in self.kube.core.read_namespaced_pod_log(
+            self.name, self.namespace), timeout=60, interval=0.5)
+        return self.observations()
+
+
+def primary_spells(observations: list[tuple[float, str, str]]) -> list[tuple[str, float, float]]:
+    """(server, first, last) for each run of consecutive read-write observations of a server."""
+    spells: list[tuple[str, float, float]] = []
+    open_: dict[str, tuple[float, float]] = {}
+    for at, pod, state in sorted(observations):
+        if state == "f":
+            first = open_.get(pod, (at, at))[0]
+            open_[pod] = (first, at)
+        elif pod in open_:
+            spells.append((pod, *open_.pop(pod)))
+    spells.extend((pod, first, last) for pod, (first, last) in open_.items())
+    return sorted(spells, key=lambda s: s[1])
+
+
+def primaries_overlap(observations: list[tuple[float, str, str]]) -> list[tuple[tuple, tuple]]:
+    """Pairs of read-write spells of different servers that overlap in time: two primaries at once."""
+    spells = primary_spells(observations)
+    return [(a, b) for i, a in enumerate(spells) for b in spells[i + 1:]
+            if a[0] != b[0] and b[1] <= a[2]]
+
