@@ -145,15 +145,19 @@ class Watch:
 
     @property
     def target(self) -> str:
-        return f"role {self.role}" if self.role else f"playbook {self.playbook}"
+        return _describe(self.role, self.playbook)
 
     def run_target(self, finalizer_run: bool) -> str:
         """What a run executes: the finalizer's own role or playbook when it has one (one with only vars
         runs the main one with them)."""
         fin = self.finalizer
         if finalizer_run and fin is not None and (fin.role or fin.playbook):
-            return f"role {fin.role}" if fin.role else f"playbook {fin.playbook}"
+            return _describe(fin.role, fin.playbook)
         return self.target
+
+
+def _describe(role: Path | None, playbook: Path | None) -> str:
+    return f"role {role}" if role else f"playbook {playbook}"
 
 
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {

@@ -16,9 +16,12 @@ from typing import Any
 
 from kubernetes import client
 
+from localcluster import images
 from tests.kube import Kube, wait_for
 
 HELPER_IMAGE = "localhost/playbook-operator/helper:bookworm"
+# psql and bash for client pods: the first PostgreSQL image the node has
+POSTGRES_IMAGE = f"{images.POSTGRES_REPO}:{images.POSTGRES_VERSIONS[0]}"
 
 
 def pod_ready(kube: Kube, namespace: str, name: str) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from tests.kube import Kube, wait_for
-from tests.realnode import wait_pod_ready
+from tests.realnode import simple_pod, wait_pod_ready
 
 TABLE = "acked_writes"
 STOP_FILE = "/tmp/stop"
@@ -58,20 +58,31 @@ exec sleep infinity
 """
 
 
-def _pod(name: str, image: str, database: str, script: str, env: dict[str, str]) -> dict:
+def _script_pod(name: str, image: str, database: str, script: str, env: dict[str, str]) -> dict:
+    """A bash script as uid 999 with the database's app credentials as PGUSER/PGPASSWORD."""
     secret = f"{database}-credentials"
-    return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "terminationGracePeriodSeconds": 0, "restartPolicy": "Never",
-            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": True},
-            "containers": [{
-                "name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
-                "command": ["bash", "-c", script],
-                "env": [{"name": k, "value": v} for k, v in env.items()] + [
-                    {"name": "PGUSER", "valueFrom": {"secretKeyRef": {"name": secret, "key": "username"}}},
-                    {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": secret, "key": "password"}}},
-                ]}]}}
+    pod = simple_pod(name, ["bash", "-c", script], image=image,
+                     securityContext={"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": True})
+    pod["spec"]["containers"][0]["env"] = [{"name": k, "value": v} for k, v in env.items()] + [
+        {"name": "PGUSER", "valueFrom": {"secretKeyRef": {"name": secret, "key": "username"}}},
+        {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": secret, "key": "password"}}}]
+    return pod
+
+
+class _ScriptPod:
+    """One of the scripts above running in a pod: its log is the record; STOP_FILE ends the loop."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str, body: dict) -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+        kube.core.create_namespaced_pod(namespace, body)
+        wait_pod_ready(kube, namespace, name)
+
+    def logs(self) -> str:
+        return self.kube.core.read_namespaced_pod_log(self.name, self.namespace)
+
+    def _stop(self) -> None:
+        self.kube.kubectl("-n", self.namespace, "exec", self.name, "--", "touch", STOP_FILE)
+        wait_for(f"{self.name} to stop", lambda: "stopped" in self.logs(), timeout=60, interval=0.5)
 
 
 @dataclass
@@ -90,16 +101,11 @@ class Writes:
         return max((b - a for a, b in pairwise(times)), default=0.0)
 
 
-class Writer:
+class Writer(_ScriptPod):
     def __init__(self, kube: Kube, namespace: str, database: str, image: str, name: str = "writer") -> None:
-        self.kube, self.namespace, self.name = kube, namespace, name
         host = f"{database}-primary.{namespace}.svc"
-        kube.core.create_namespaced_pod(namespace, _pod(name, image, database, _WRITER, {"HOST": host}))
-        wait_pod_ready(kube, namespace, name)
+        super().__init__(kube, namespace, name, _script_pod(name, image, database, _WRITER, {"HOST": host}))
         wait_for(f"{name} to have written", lambda: len(self.writes().acked) >= 5, timeout=120, interval=1)
-
-    def logs(self) -> str:
-        return self.kube.core.read_namespaced_pod_log(self.name, self.namespace)
 
     def writes(self) -> Writes:
         acked, failed = {}, {}
@@ -116,31 +122,26 @@ class Writer:
                  timeout=timeout, interval=1)
 
     def stop(self) -> Writes:
-        self.kube.kubectl("-n", self.namespace, "exec", self.name, "--", "touch", STOP_FILE)
-        wait_for(f"{self.name} to stop", lambda: "stopped" in self.logs(), timeout=60, interval=0.5)
+        self._stop()
         return self.writes()
 
 
-class PrimaryChecker:
+class PrimaryChecker(_ScriptPod):
     def __init__(self, kube: Kube, namespace: str, database: str, servers: list[str], image: str,
                  name: str = "checker") -> None:
-        self.kube, self.namespace, self.name = kube, namespace, name
         env = {"SERVERS": " ".join(servers), "HEADLESS": f"{database}-headless.{namespace}.svc"}
-        kube.core.create_namespaced_pod(namespace, _pod(name, image, database, _CHECKER, env))
-        wait_pod_ready(kube, namespace, name)
+        super().__init__(kube, namespace, name, _script_pod(name, image, database, _CHECKER, env))
 
     def observations(self) -> list[tuple[float, str, str]]:
         out = []
-        for line in self.kube.core.read_namespaced_pod_log(self.name, self.namespace).splitlines():
+        for line in self.logs().splitlines():
             m = re.fullmatch(r"(\d+\.\d+) (\S+) (\S+)", line.strip())
             if m:
                 out.append((float(m.group(1)), m.group(2), m.group(3)))
         return out
 
     def stop(self) -> list[tuple[float, str, str]]:
-        self.kube.kubectl("-n", self.namespace, "exec", self.name, "--", "touch", STOP_FILE)
-        wait_for(f"{self.name} to stop", lambda: "stopped" in self.kube.core.read_namespaced_pod_log(
-            self.name, self.namespace), timeout=60, interval=0.5)
+        self._stop()
         return self.observations()
 
 

@@ -10,12 +10,11 @@ import pytest
 
 from localcluster import images
 from tests.kube import Kube, wait_for
-from tests.realnode import psql_in_server, wait_endpoints
+from tests.realnode import POSTGRES_IMAGE, psql_in_server, wait_endpoints
 from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, get, roles, sample, wait_phase
 from tests.writes import TABLE, PrimaryChecker, Writer, primaries_overlap
 
 pytestmark = pytest.mark.xdist_group("e2e")
-IMAGE = f"{images.POSTGRES_REPO}:{images.POSTGRES_VERSIONS[0]}"
 
 
 def _rows(real: Kube, namespace: str, pod: str) -> set[int]:
@@ -35,7 +34,7 @@ def test_a_backup_taken_while_writing_restores_every_row_acknowledged_before_it(
     real_sampledb_operator()
     ns = real_namespace
     _ready_database(real, ns, "src", replicas=1)
-    writer = Writer(real, ns, "src", IMAGE)
+    writer = Writer(real, ns, "src", POSTGRES_IMAGE)
 
     requested = time.time()
     backup(real, ns, "during", database="src")
@@ -64,8 +63,8 @@ def test_deleting_the_primary_pod_loses_no_acknowledged_row_and_never_makes_two_
     db = _ready_database(real, ns, "ha", replicas=3)
     old_primary = db["status"]["currentPrimary"]
     servers = sorted(roles(real, ns, "ha"))
-    checker = PrimaryChecker(real, ns, "ha", servers, IMAGE)
-    writer = Writer(real, ns, "ha", IMAGE)
+    checker = PrimaryChecker(real, ns, "ha", servers, POSTGRES_IMAGE)
+    writer = Writer(real, ns, "ha", POSTGRES_IMAGE)
 
     real.core.delete_namespaced_pod(old_primary, ns)
     # writes are accepted again through the -primary Service, by whichever server is primary now
@@ -98,8 +97,8 @@ def test_a_minor_upgrade_under_writes_loses_no_acknowledged_row_and_never_makes_
     assert old.split(".")[0] == new.split(".")[0]
     _ready_database(real, ns, "minor", replicas=3, version=old)
     servers = sorted(roles(real, ns, "minor"))
-    checker = PrimaryChecker(real, ns, "minor", servers, IMAGE)
-    writer = Writer(real, ns, "minor", IMAGE)
+    checker = PrimaryChecker(real, ns, "minor", servers, POSTGRES_IMAGE)
+    writer = Writer(real, ns, "minor", POSTGRES_IMAGE)
 
     real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "minor", {"spec": {"version": new}})
     wait_for(f"the database on {new} and Ready", lambda: (

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import images, node
+from localcluster import node
 from localcluster.cluster import LocalCluster
 from tests.kube import Kube, wait_for
-from tests.realnode import simple_pod, wait_pod_ready
+from tests.realnode import POSTGRES_IMAGE, simple_pod, wait_pod_ready
 
 pytestmark = pytest.mark.xdist_group("e2e")
 
@@ -68,7 +68,7 @@ def test_a_pod_resolves_cluster_dns_and_reaches_the_api_server(real: Kube, real_
 
 
 def test_logs_exec_and_port_forward_reach_a_real_server(real: Kube, real_namespace: str) -> None:
-    image = f"{images.POSTGRES_REPO}:{images.POSTGRES_VERSIONS[0]}"
+    image = POSTGRES_IMAGE
     server = ("initdb -D /tmp/pgdata --auth=trust >/dev/null && echo initialised && "
               "exec postgres -D /tmp/pgdata -c listen_addresses='*' -k /tmp")
     pod = simple_pod("pg", ["bash", "-c", server], image=image,

@@ -8,11 +8,10 @@ import pytest
 
 from localcluster import images
 from tests.kube import Kube, wait_for
-from tests.realnode import ClientPod, Credentials, credentials, psql_in_server, wait_endpoints, wait_sql
+from tests.realnode import POSTGRES_IMAGE, ClientPod, Credentials, credentials, psql_in_server, wait_endpoints, wait_sql
 from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, get, roles, sample, wait_phase
 
 pytestmark = pytest.mark.xdist_group("e2e")
-CLIENT_IMAGE = f"{images.POSTGRES_REPO}:{images.POSTGRES_VERSIONS[0]}"
 
 
 def _create(real: Kube, namespace: str, doc: dict) -> None:
@@ -48,7 +47,7 @@ def test_the_sample_runs_three_real_servers_one_primary_two_streaming_replicas(
     wait_endpoints(real, ns, "inventory-primary", [primary])
     wait_endpoints(real, ns, "inventory-replicas", replicas)
     creds = credentials(real, ns, "inventory")
-    app = ClientPod(real, ns, CLIENT_IMAGE)
+    app = ClientPod(real, ns, POSTGRES_IMAGE)
     primary_host = f"inventory-primary.{ns}.svc.cluster.local"
     replicas_host = f"inventory-replicas.{ns}.svc"
     app.sql(primary_host, creds, "app",
@@ -71,7 +70,7 @@ def test_backup_restore_and_prune_jobs_run_for_real(real: Kube, real_namespace: 
     _create(real, ns, sample("src", replicas=1, backup={"schedule": "0 3 * * *", "retention": 1}))
     db = wait_phase(real, ns, "src", timeout=300)
     primary = db["status"]["currentPrimary"]
-    app = ClientPod(real, ns, CLIENT_IMAGE)
+    app = ClientPod(real, ns, POSTGRES_IMAGE)
     src_host, src_creds = f"src-primary.{ns}.svc", credentials(real, ns, "src")
     wait_endpoints(real, ns, "src-primary", [primary])
     app.sql(src_host, src_creds, "app", "create table t (id int primary key); "
@@ -121,7 +120,7 @@ def test_a_major_upgrade_runs_its_migration_jobs_for_real(real: Kube, real_names
     ns = real_namespace
     _create(real, ns, sample("major", replicas=2))
     wait_phase(real, ns, "major", timeout=420)
-    app = ClientPod(real, ns, CLIENT_IMAGE)
+    app = ClientPod(real, ns, POSTGRES_IMAGE)
     host, creds = f"major-primary.{ns}.svc", credentials(real, ns, "major")
     wait_endpoints(real, ns, "major-primary", 1)
     app.sql(host, creds, "app", "create table t (id int primary key, v text); "

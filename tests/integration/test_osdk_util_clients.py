@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from localcluster import paths
 from runner.ansible import COLLECTIONS_DIR
 from tests.kube import Kube
 from tests.operator import Widgets
@@ -28,8 +29,7 @@ def _client_dir(pins: list[str]) -> Path | None:
     the venv's own."""
     if not pins:
         return None
-    cache = Path(os.environ.get("PLAYBOOK_OPERATOR_CACHE", Path.home() / ".cache" / "playbook-operator"))
-    target = cache / "pylibs" / "_".join(p.replace("==", "-") for p in pins)
+    target = paths.cache_root() / "pylibs" / "_".join(p.replace("==", "-") for p in pins)
     if not (target / ".complete").exists():
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
                         "--target", str(target), *pins], check=True, timeout=300)
