@@ -11,6 +11,9 @@ from tests.operator import ROOT
 
 GROUP, VERSION, PLURAL = "sampledb.example.com", "v1alpha1", "sampledbs"
 BACKUPS = "sampledbbackups"
+# A backup schedule that never fires while a test runs (03:00 on 29 February): a daily one fired in a CI run
+# that crossed 03:00 and added a scheduled backup to a test that counted the on-demand ones.
+RARE_SCHEDULE = "0 3 29 2 *"
 
 
 def sample(name: str = "inventory", **spec: object) -> dict:

@@ -9,7 +9,7 @@ import pytest
 from localcluster import images
 from tests.kube import Kube, wait_for
 from tests.realnode import POSTGRES_IMAGE, ClientPod, Credentials, credentials, psql_in_server, wait_endpoints, wait_sql
-from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, get, roles, sample, wait_phase
+from tests.sampledb import GROUP, PLURAL, RARE_SCHEDULE, VERSION, backup, backup_status, get, roles, sample, wait_phase
 
 pytestmark = pytest.mark.xdist_group("e2e")
 
@@ -67,7 +67,7 @@ def test_the_sample_runs_three_real_servers_one_primary_two_streaming_replicas(
 def test_backup_restore_and_prune_jobs_run_for_real(real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     real_sampledb_operator()
     ns = real_namespace
-    _create(real, ns, sample("src", replicas=1, backup={"schedule": "0 3 * * *", "retention": 1}))
+    _create(real, ns, sample("src", replicas=1, backup={"schedule": RARE_SCHEDULE, "retention": 1}))
     db = wait_phase(real, ns, "src", timeout=300)
     primary = db["status"]["currentPrimary"]
     app = ClientPod(real, ns, POSTGRES_IMAGE)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.kube import Kube, wait_for
-from tests.sampledb import BACKUPS, GROUP, VERSION, backup, backup_status, get, sample
+from tests.sampledb import BACKUPS, GROUP, RARE_SCHEDULE, VERSION, backup, backup_status, get, sample
 
 
 def ready_db(kube: Kube, namespace: str, **spec: object) -> None:
@@ -14,9 +14,9 @@ def ready_db(kube: Kube, namespace: str, **spec: object) -> None:
 
 def test_on_demand_backups_retention_and_schedule(kube: Kube, namespace: str, sampledb_operators) -> None:
     sampledb_operators()
-    ready_db(kube, namespace, backup={"schedule": "0 3 * * *", "retention": 2})
+    ready_db(kube, namespace, backup={"schedule": RARE_SCHEDULE, "retention": 2})
     cron = wait_for("the backup CronJob", lambda: kube.batch.read_namespaced_cron_job("db-backup", namespace))
-    assert cron.spec.schedule == "0 3 * * *" and cron.spec.suspend is False
+    assert cron.spec.schedule == RARE_SCHEDULE and cron.spec.suspend is False
     for i in range(3):
         backup(kube, namespace, f"b{i}")
         st = wait_for(f"backup b{i} to complete", lambda i=i: (
