@@ -52,6 +52,10 @@ class Kube:
     def rbac(self) -> client.RbacAuthorizationV1Api:
         return client.RbacAuthorizationV1Api(self.api)
 
+    @property
+    def coordination(self) -> client.CoordinationV1Api:
+        return client.CoordinationV1Api(self.api)
+
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([self.kubectl_path, f"--kubeconfig={self.kubeconfig}", *args],

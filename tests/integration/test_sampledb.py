@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.kube import Kube, wait_for
-from tests.sampledb import GROUP, PLURAL, VERSION, condition, get, roles, sample, wait_phase
+from tests.sampledb import GROUP, PLURAL, VERSION, condition, events, get, roles, sample, wait_phase
 
 
 def test_sample_provisions_to_ready_with_exactly_one_primary(kube: Kube, namespace: str,
@@ -53,16 +53,69 @@ def test_failover_when_the_primary_goes(kube: Kube, namespace: str, sampledb_ope
                   and d["status"].get("currentPrimary") and d, timeout=120)
     old = db["status"]["currentPrimary"]
     # The primary's pod is being deleted (a drain, an eviction) and takes its time to go (kwok's deletion
-    # stage is told to wait): it is no longer Ready, so a Ready replica takes over at once (grace 0 here).
+    # stage is told to wait): it is no longer Ready, but its server may still be writing, so nobody is promoted
+    # until it is gone (grace 0 here); then a Ready replica takes over.
     kube.core.patch_namespaced_pod(old, namespace, {"metadata": {"annotations": {
-        "pod-delete.stage.kwok.x-k8s.io/delay": "60s"}}})
+        "pod-delete.stage.kwok.x-k8s.io/delay": "20s"}}})
     kube.core.delete_namespaced_pod(old, namespace)
+    fencing = wait_for("the failover to wait for the old primary", lambda: (
+        st := get(kube, namespace, "ha")["status"]).get("phase") == "FailingOver" and st.get("targetPrimary") and st)
+    assert not fencing.get("currentPrimary")
+    assert [k for k, v in roles(kube, namespace, "ha").items() if v == "primary"] == []
+    lease = kube.coordination.read_namespaced_lease("ha-primary", namespace)
+    assert not lease.spec.holder_identity and lease.metadata.annotations["sampledb.example.com/fencing"] == old
+    assert kube.core.read_namespaced_pod(old, namespace).metadata.deletion_timestamp  # it is still there
     new = wait_for("a new primary", lambda: (p := get(kube, namespace, "ha")["status"].get("currentPrimary"))
-                   != old and p, timeout=60)
+                   not in (None, old) and p, timeout=90)
+    assert new == fencing["targetPrimary"]
     wait_for("exactly one pod labelled primary, the new one", lambda: [
         k for k, v in roles(kube, namespace, "ha").items() if v == "primary"] == [new], timeout=30)
     events = [e for e in kube.core.list_namespaced_event(namespace).items if e.reason == "FailedOver"]
     assert events and new in events[0].message
+
+
+SWITCHOVER = "sampledb.example.com/switchover-to"
+
+
+def test_a_switchover_asked_for_by_annotation_stops_the_old_primary_before_promoting(
+        kube: Kube, namespace: str, sampledb_operators) -> None:
+    """kwok's servers do not follow their labels, so the old primary never stops by itself: once the fence
+    timeout is over its pod is deleted, and only when it is gone is the named server promoted."""
+    sampledb_operators(fence_timeout_seconds=3)
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("sw"))
+    old = wait_phase(kube, namespace, "sw", timeout=120)["status"]["currentPrimary"]
+    old_uid = kube.core.read_namespaced_pod(old, namespace).metadata.uid
+    wanted = next(p for p in sorted(roles(kube, namespace, "sw")) if p != old)
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "sw",
+                                               {"metadata": {"annotations": {SWITCHOVER: wanted}}})
+    switching = wait_for("the switchover to begin", lambda: (
+        st := get(kube, namespace, "sw")["status"]).get("phase") == "SwitchingOver" and st, timeout=60)
+    assert switching["targetPrimary"] == wanted and not switching.get("currentPrimary")
+    assert "primary" not in roles(kube, namespace, "sw").values()
+    wait_for("the named server to be primary", lambda: (
+        st := get(kube, namespace, "sw")["status"]).get("currentPrimary") == wanted and st["phase"] == "Ready",
+        timeout=120)
+    assert [k for k, v in roles(kube, namespace, "sw").items() if v == "primary"] == [wanted]
+    assert kube.core.read_namespaced_pod(old, namespace).metadata.uid != old_uid  # evicted, then recreated
+    assert SWITCHOVER not in (get(kube, namespace, "sw")["metadata"].get("annotations") or {})
+    assert any(wanted in e.message for e in events(kube, namespace, "SwitchedOver"))
+    assert events(kube, namespace, "EvictingPrimary")
+    lease = kube.coordination.read_namespaced_lease("sw-primary", namespace)
+    assert lease.spec.holder_identity == wanted and not (lease.metadata.annotations or {})
+
+
+def test_a_switchover_to_a_server_that_does_not_exist_is_refused(kube: Kube, namespace: str,
+                                                                 sampledb_operators) -> None:
+    sampledb_operators()
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("sw", replicas=2))
+    primary = wait_phase(kube, namespace, "sw", timeout=120)["status"]["currentPrimary"]
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "sw",
+                                               {"metadata": {"annotations": {SWITCHOVER: "sw-7"}}})
+    refused = wait_for("the refusal", lambda: events(kube, namespace, "SwitchoverRefused"), timeout=60)
+    assert "sw-7 is not a server of sw (its servers: sw-0, sw-1)" in refused[0].message
+    wait_for("the request to be removed", lambda: SWITCHOVER not in (
+        get(kube, namespace, "sw")["metadata"].get("annotations") or {}), timeout=30)
+    assert get(kube, namespace, "sw")["status"]["currentPrimary"] == primary
 
 
 @pytest.mark.parametrize(("spec", "message"), [

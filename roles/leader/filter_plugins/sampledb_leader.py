@@ -1,0 +1,155 @@
+"""Who is the primary of a SampleDB, and how it changes without ever making two.
+
+A change of primary (failover or switchover) has two steps, recorded in the primary Lease so that an
+operator restarted in between carries on where it was:
+
+1. fence: the old primary is relabelled ``replica`` (its entrypoint stops its server in fast mode, which
+   sends the replicas every WAL record it wrote) and the Lease names nobody;
+2. promote: once the old primary is known to accept no more writes, the new one is labelled ``primary``
+   and named in the Lease.
+
+"Known to accept no more writes" is read from the pod, never from readiness (an unready primary may still
+be serving its open sessions): the pod is gone, or is another pod of the same name, or its server container
+is not running, or was started after the fence began (it read its new label). A primary that does not stop
+by itself within the fence timeout has its pod deleted, so the kubelet stops it.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+FENCING = "sampledb.example.com/fencing"
+FENCING_UID = "sampledb.example.com/fencing-uid"
+FENCING_SINCE = "sampledb.example.com/fencing-since"
+PROMOTE = "sampledb.example.com/promote"
+REASON = "sampledb.example.com/change-reason"
+CHANGE_KEYS = (FENCING, FENCING_UID, FENCING_SINCE, PROMOTE, REASON)
+SERVER_CONTAINER = "postgres"
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def _ordinal(name: str) -> int:
+    match = re.search(r"-(\d+)$", name)
+    return int(match.group(1)) if match else -1
+
+
+def _time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC)
+
+
+def _ready(pod: dict) -> bool:
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return status.get("phase") == "Running" and ready
+
+
+def _server_status(pod: dict) -> dict | None:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((c for c in statuses if c.get("name") == SERVER_CONTAINER), None)
+
+
+def sampledb_fenced(pods: list[dict], name: str, uid: str, since: str) -> bool:
+    """True when the server that was pod ``name`` (with ``uid``) when the fence began at ``since`` can accept
+    no more writes: that pod is gone or replaced, its server container is not running, or the one running
+    was started after ``since`` (so it read its replica label when it started)."""
+    pod = next((p for p in pods or [] if p["metadata"]["name"] == name), None)
+    if pod is None or (uid and pod["metadata"].get("uid") != uid):
+        return True
+    server = _server_status(pod)
+    if server is None:
+        return True  # never started: nothing running to fence
+    running = (server.get("state") or {}).get("running")
+    if running is None:
+        return True
+    started, fence_began = _time(running.get("startedAt")), _time(since)
+    return started is not None and fence_began is not None and started > fence_began
+
+
+def sampledb_leader_plan(pods, lease, now, unready_since=None, grace_seconds=10, switchover_to="",
+                         switchover_reason="switchover", hold=False, fence_timeout_seconds=30):
+    """What the leader role does in this run. ``pods`` are the database's server pods, ``lease`` its primary
+    Lease ({} when there is none), ``now`` and ``unready_since`` UTC times as '%Y-%m-%dT%H:%M:%SZ'.
+    ``switchover_to`` asks for that server as the primary (``switchover_reason`` says who asks); ``hold``
+    keeps an unready primary that is being restarted on purpose.
+
+    Returns a dict:
+      target       the pod to label primary after this run ('' while a fence is in progress)
+      current      the primary before this run ('' at first start), or the one being fenced
+      fencing      the pod being fenced ('' when none)
+      promote      the pod to promote once it is fenced
+      annotations  the Lease's change annotations to write (all of CHANGE_KEYS, '' when not in a change)
+      holder       the Lease's holderIdentity to write
+      changed      a new primary was promoted in this run
+      began        a change of primary began in this run
+      reason       failover | switchover | upgrade, for a change in progress or just made
+      evict        the old primary's pod to delete (it did not stop within the fence timeout)
+      message      what is happening, for status and Events
+    """
+    pods = sorted(pods or [], key=lambda p: _ordinal(p["metadata"]["name"]))
+    names = [p["metadata"]["name"] for p in pods]
+    by_name = {p["metadata"]["name"]: p for p in pods}
+    ready = [p["metadata"]["name"] for p in pods if _ready(p)]
+    annotations = dict(((lease or {}).get("metadata") or {}).get("annotations") or {})
+    holder = ((lease or {}).get("spec") or {}).get("holderIdentity") or ""
+    fencing = annotations.get(FENCING, "")
+    no_change = {k: "" for k in CHANGE_KEYS}
+    plan = {"target": holder, "current": holder, "fencing": "", "annotations": no_change, "holder": holder,
+            "changed": False, "began": False, "promote": "", "reason": "", "evict": "", "message": ""}
+
+    def candidate(excluded: str, wanted: str = "") -> str:
+        # Until the servers report their WAL positions, the lowest ordinal: the first to have started.
+        if wanted and wanted in ready and wanted != excluded:
+            return wanted
+        return next((n for n in ready if n != excluded), "")
+
+    def fence(old: str, new: str, reason: str, since: str, uid: str) -> dict:
+        if sampledb_fenced(pods, old, uid, since) and new:
+            return {**plan, "target": new, "current": old, "holder": new, "changed": True, "reason": reason,
+                    "message": f"{old} has stopped; promoted {new}"}
+        waited = (_time(now) - _time(since)).total_seconds() if _time(since) else 0
+        evict = old if old in by_name and waited >= fence_timeout_seconds else ""
+        message = (f"waiting for {old} to stop accepting writes before promoting {new or 'a Ready replica'}"
+                   + (f"; it did not stop within {fence_timeout_seconds}s, so its pod is deleted" if evict else ""))
+        return {**plan, "target": "", "current": old, "holder": "", "fencing": old, "promote": new, "reason": reason,
+                "evict": evict, "message": message,
+                "annotations": {FENCING: old, FENCING_UID: uid, FENCING_SINCE: since, PROMOTE: new,
+                                REASON: reason}}
+
+    if fencing:
+        # A change in progress: promote once the old primary has stopped, to the chosen server if it is
+        # still Ready, else to another Ready one.
+        new = candidate(fencing, annotations.get(PROMOTE, ""))
+        return fence(fencing, new, annotations.get(REASON, "failover"), annotations.get(FENCING_SINCE, now),
+                     annotations.get(FENCING_UID, ""))
+
+    if not holder:
+        # First start: the lowest ordinal, once it exists.
+        first = names[0] if names else ""
+        return {**plan, "target": first, "holder": first, "current": ""}
+
+    def begin(new: str, reason: str) -> dict:
+        uid = (by_name.get(holder) or {}).get("metadata", {}).get("uid", "")
+        return {**fence(holder, new, reason, now, uid), "began": True}
+
+    wanted = switchover_to or ""
+    if wanted and wanted != holder and wanted in ready:
+        return begin(wanted, switchover_reason)
+    if holder in ready or hold:
+        return plan
+    grace_over = unready_since and (_time(now) - _time(unready_since)).total_seconds() >= float(grace_seconds)
+    if not grace_over:
+        return plan
+    new = candidate(holder)
+    if not new:
+        return {**plan, "message": f"primary {holder} is not Ready and no replica is Ready to take over"}
+    return begin(new, "failover")
+
+
+class FilterModule:
+    def filters(self):
+        return {"sampledb_leader_plan": sampledb_leader_plan, "sampledb_fenced": sampledb_fenced}

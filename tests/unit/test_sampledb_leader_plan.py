@@ -1,0 +1,124 @@
+"""The leader role's decisions (roles/leader/filter_plugins/sampledb_leader.py): a change of primary
+fences the old one before the new one is promoted, and what counts as fenced."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "roles" / "leader" / "filter_plugins" / "sampledb_leader.py"
+_spec = importlib.util.spec_from_file_location("sampledb_leader", _PATH)
+leader = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(leader)
+
+NOW = "2026-11-24T10:00:30Z"
+
+
+def pod(name: str, ready: bool = True, uid: str | None = None, started: str = "2026-11-24T09:00:00Z",
+        running: bool = True, deleting: bool = False) -> dict:
+    state = {"running": {"startedAt": started}} if running else {"terminated": {"exitCode": 0}}
+    meta = {"name": name, "uid": uid or f"uid-{name}"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-24T10:00:00Z"
+    return {"metadata": meta, "status": {
+        "phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        "containerStatuses": [{"name": "postgres", "restartCount": 0, "state": state}]}}
+
+
+def lease(holder: str = "", **annotations: str) -> dict:
+    return {"metadata": {"annotations": annotations}, "spec": {"holderIdentity": holder or None}}
+
+
+def fencing(old: str, new: str, since: str = "2026-11-24T10:00:20Z", reason: str = "failover") -> dict:
+    return lease("", **{leader.FENCING: old, leader.FENCING_UID: f"uid-{old}", leader.FENCING_SINCE: since,
+                        leader.PROMOTE: new, leader.REASON: reason})
+
+
+def plan(pods, the_lease, **kw):
+    return leader.sampledb_leader_plan(pods, the_lease, NOW, **kw)
+
+
+def test_the_first_server_becomes_primary_at_first_start() -> None:
+    p = plan([pod("db-1"), pod("db-0", ready=False)], {})
+    assert (p["target"], p["holder"], p["changed"]) == ("db-0", "db-0", False)
+
+
+def test_a_healthy_primary_is_kept_and_nothing_is_recorded() -> None:
+    p = plan([pod("db-0"), pod("db-1")], lease("db-0"))
+    assert p["target"] == "db-0" and not p["fencing"] and set(p["annotations"].values()) == {""}
+
+
+def test_an_unready_primary_is_kept_within_the_grace_period_or_while_held() -> None:
+    pods = [pod("db-0", ready=False), pod("db-1")]
+    assert plan(pods, lease("db-0"), unready_since="2026-11-24T10:00:25Z", grace_seconds=10)["target"] == "db-0"
+    assert plan(pods, lease("db-0"), unready_since="2026-11-24T10:00:00Z", hold=True)["target"] == "db-0"
+
+
+def test_failover_fences_a_running_primary_first_and_promotes_nobody() -> None:
+    """The old primary is unready but its server still runs: nobody is primary until it has stopped."""
+    pods = [pod("db-0", ready=False), pod("db-1"), pod("db-2")]
+    p = plan(pods, lease("db-0"), unready_since="2026-11-24T10:00:00Z", grace_seconds=10)
+    assert (p["target"], p["holder"], p["fencing"], p["promote"]) == ("", "", "db-0", "db-1")
+    assert p["began"] and not p["changed"] and p["reason"] == "failover"
+    assert p["annotations"][leader.FENCING_SINCE] == NOW and p["annotations"][leader.FENCING_UID] == "uid-db-0"
+
+
+def test_a_terminating_primary_is_not_fenced_until_its_pod_is_gone() -> None:
+    deleting = [pod("db-0", deleting=True), pod("db-1")]
+    assert plan(deleting, fencing("db-0", "db-1"))["target"] == ""
+    gone = [pod("db-1")]
+    p = plan(gone, fencing("db-0", "db-1"))
+    assert (p["target"], p["holder"], p["changed"], p["fencing"]) == ("db-1", "db-1", True, "")
+    assert set(p["annotations"].values()) == {""}
+
+
+@pytest.mark.parametrize(("old", "fenced"), [
+    (pod("db-0", ready=False), False),                                     # still running, as it was
+    (pod("db-0", ready=False, started="2026-11-24T10:00:20Z"), False),     # started in the fence's second
+    (pod("db-0", ready=False, started="2026-11-24T10:00:25Z"), True),      # restarted since: read its label
+    (pod("db-0", ready=False, running=False), True),                       # its server has stopped
+    (pod("db-0", ready=False, uid="another"), True),                       # replaced by a new pod
+])
+def test_what_counts_as_fenced(old: dict, fenced: bool) -> None:
+    p = plan([old, pod("db-1")], fencing("db-0", "db-1"))
+    assert (p["target"] == "db-1") is fenced and p["changed"] is fenced
+
+
+def test_a_primary_already_gone_is_replaced_in_the_same_run() -> None:
+    p = plan([pod("db-1"), pod("db-2")], lease("db-0"), unready_since="2026-11-24T10:00:00Z")
+    assert (p["target"], p["changed"], p["began"], p["current"]) == ("db-1", True, True, "db-0")
+
+
+def test_no_ready_replica_means_no_fence() -> None:
+    p = plan([pod("db-0", ready=False), pod("db-1", ready=False)], lease("db-0"),
+             unready_since="2026-11-24T10:00:00Z")
+    assert p["target"] == "db-0" and not p["fencing"] and "no replica is Ready" in p["message"]
+
+
+def test_an_old_primary_that_does_not_stop_is_evicted_after_the_timeout() -> None:
+    pods = [pod("db-0", ready=False), pod("db-1")]
+    assert plan(pods, fencing("db-0", "db-1", since="2026-11-24T10:00:10Z"), fence_timeout_seconds=30)["evict"] == ""
+    p = plan(pods, fencing("db-0", "db-1", since="2026-11-24T09:59:50Z"), fence_timeout_seconds=30)
+    assert p["evict"] == "db-0" and p["target"] == ""
+
+
+def test_the_chosen_server_gone_unready_another_ready_one_is_promoted() -> None:
+    p = plan([pod("db-1", ready=False), pod("db-2")], fencing("db-0", "db-1"))
+    assert p["target"] == "db-2"
+
+
+def test_a_switchover_fences_a_healthy_primary_then_promotes_the_named_server() -> None:
+    pods = [pod("db-0"), pod("db-1"), pod("db-2")]
+    p = plan(pods, lease("db-0"), switchover_to="db-2")
+    assert (p["target"], p["fencing"], p["promote"], p["reason"]) == ("", "db-0", "db-2", "switchover")
+    stopped = [pod("db-0", ready=False, started="2026-11-24T10:00:32Z"), pod("db-1"), pod("db-2")]
+    p = plan(stopped, lease("", **p["annotations"]))
+    assert (p["target"], p["changed"], p["reason"]) == ("db-2", True, "switchover")
+
+
+def test_a_switchover_to_an_unready_server_or_the_primary_itself_does_nothing() -> None:
+    pods = [pod("db-0"), pod("db-1", ready=False)]
+    assert plan(pods, lease("db-0"), switchover_to="db-1")["fencing"] == ""
+    assert plan(pods, lease("db-0"), switchover_to="db-0")["fencing"] == ""
