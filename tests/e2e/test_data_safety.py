@@ -12,7 +12,7 @@ from localcluster import images
 from tests.kube import Kube, wait_for
 from tests.realnode import POSTGRES_IMAGE, psql_in_server, wait_endpoints
 from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, get, roles, sample, wait_phase
-from tests.writes import TABLE, PrimaryChecker, Writer, primaries_overlap
+from tests.writes import TABLE, PrimaryChecker, Writer, Writes, primaries_overlap
 
 pytestmark = pytest.mark.xdist_group("e2e")
 
@@ -27,6 +27,21 @@ def _ready_database(real: Kube, namespace: str, name: str, **spec: object) -> di
     db = wait_phase(real, namespace, name, timeout=420)
     wait_endpoints(real, namespace, f"{name}-primary", [db["status"]["currentPrimary"]])
     return db
+
+
+def _assert_safe(real: Kube, namespace: str, name: str, writes: Writes, observations: list, servers: list[str]) -> str:
+    """Every acknowledged row is on the one primary, no two servers were read-write at once, and every other
+    server comes back as a replica. Returns the primary."""
+    primary = get(real, namespace, name)["status"]["currentPrimary"]
+    assert psql_in_server(real, namespace, primary, "select pg_is_in_recovery()") == "f"
+    missing = sorted(set(writes.acked) - _rows(real, namespace, primary))
+    assert not missing, f"{len(missing)} acknowledged rows lost: {missing[:20]}"
+    assert primaries_overlap(observations) == [], "two servers accepted writes at once"
+    for pod in servers:
+        if pod != primary:
+            wait_for(f"{pod} to be a replica", lambda p=pod: psql_in_server(
+                real, namespace, p, "select pg_is_in_recovery()", check=False) == "t", timeout=300, interval=2)
+    return primary
 
 
 def test_a_backup_taken_while_writing_restores_every_row_acknowledged_before_it(
@@ -71,19 +86,7 @@ def test_deleting_the_primary_pod_loses_no_acknowledged_row_and_never_makes_two_
     writer.wait_for_more(30, timeout=300)
     wait_phase(real, ns, "ha", timeout=300)
     writes = writer.stop()
-    observations = checker.stop()
-
-    primary = get(real, ns, "ha")["status"]["currentPrimary"]
-    assert psql_in_server(real, ns, primary, "select pg_is_in_recovery()") == "f"
-    present = _rows(real, ns, primary)
-    missing = sorted(set(writes.acked) - present)
-    assert not missing, f"{len(missing)} acknowledged rows lost: {missing[:20]}"
-    assert primaries_overlap(observations) == [], "two servers accepted writes at once"
-    # Every other server is a replica of the one primary, streaming from it: no second primary was left.
-    for pod in servers:
-        if pod != primary:
-            wait_for(f"{pod} to be a replica", lambda p=pod: psql_in_server(
-                real, ns, p, "select pg_is_in_recovery()", check=False) == "t", timeout=300, interval=2)
+    primary = _assert_safe(real, ns, "ha", writes, checker.stop(), servers)
     print(f"primary {old_primary} deleted → {primary}; longest write gap {writes.longest_gap():.1f} s; "
           f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
 
@@ -114,4 +117,61 @@ def test_a_minor_upgrade_under_writes_loses_no_acknowledged_row_and_never_makes_
     assert not missing, f"{len(missing)} acknowledged rows lost: {missing[:20]}"
     assert primaries_overlap(observations) == [], "two servers accepted writes at once"
     print(f"minor upgrade {old} → {new}: longest write gap {writes.longest_gap():.1f} s; "
+          f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
+
+
+def test_a_switchover_on_request_loses_no_acknowledged_row_and_never_makes_two_primaries(
+        real: Kube, real_namespace: str, real_sampledb_operator) -> None:
+    """The annotation sampledb.example.com/switchover-to names a replica: the old primary stops (fast
+    shutdown sends the replicas all it wrote) before the named one is promoted; the old one comes back as a
+    replica of the new primary."""
+    real_sampledb_operator()
+    ns = real_namespace
+    old = _ready_database(real, ns, "sw", replicas=3)["status"]["currentPrimary"]
+    servers = sorted(roles(real, ns, "sw"))
+    wanted = next(p for p in reversed(servers) if p != old)
+    checker = PrimaryChecker(real, ns, "sw", servers, POSTGRES_IMAGE)
+    writer = Writer(real, ns, "sw", POSTGRES_IMAGE)
+
+    asked = time.time()
+    real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "sw", {"metadata": {"annotations": {
+        "sampledb.example.com/switchover-to": wanted}}})
+    wait_for(f"{wanted} to be the primary", lambda: (
+        st := get(real, ns, "sw")["status"]).get("currentPrimary") == wanted and st.get("phase") == "Ready",
+        timeout=300, interval=1)
+    promoted = time.time()
+    writer.wait_for_more(30, timeout=300)
+    wait_for(f"{old} back as a replica", lambda: psql_in_server(
+        real, ns, old, "select pg_is_in_recovery()", check=False) == "t", timeout=300, interval=2)
+    back = time.time()
+    writes = writer.stop()
+    assert _assert_safe(real, ns, "sw", writes, checker.stop(), servers) == wanted
+    streaming = wait_for("every replica streaming from the new primary", lambda: psql_in_server(
+        real, ns, wanted, "select count(*) from pg_stat_replication where state = 'streaming'",
+        check=False) == str(len(servers) - 1) or None, timeout=300, interval=2)
+    assert streaming
+    print(f"switchover {old} → {wanted}: write downtime (longest gap) {writes.longest_gap():.1f} s; "
+          f"asked → promoted {promoted - asked:.1f} s; old primary back as a replica after {back - asked:.1f} s; "
+          f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
+
+
+def test_the_primary_server_killed_loses_no_acknowledged_row_and_never_makes_two_primaries(
+        real: Kube, real_namespace: str, real_sampledb_operator) -> None:
+    """SIGKILL to the primary's postmaster: its container restarts; whether it recovers as the primary within
+    the grace period or a replica is promoted after it was fenced, writes come back and nothing acknowledged
+    is lost."""
+    real_sampledb_operator()
+    ns = real_namespace
+    old = _ready_database(real, ns, "crash", replicas=3)["status"]["currentPrimary"]
+    servers = sorted(roles(real, ns, "crash"))
+    checker = PrimaryChecker(real, ns, "crash", servers, POSTGRES_IMAGE)
+    writer = Writer(real, ns, "crash", POSTGRES_IMAGE)
+
+    real.kubectl("-n", ns, "exec", old, "-c", "postgres", "--", "bash", "-c",
+                 'kill -KILL "$(head -1 "$PGDATA/postmaster.pid")"')
+    writer.wait_for_more(30, timeout=300)
+    wait_phase(real, ns, "crash", timeout=300)
+    writes = writer.stop()
+    primary = _assert_safe(real, ns, "crash", writes, checker.stop(), servers)
+    print(f"postgres killed in {old} → primary {primary}; longest write gap {writes.longest_gap():.1f} s; "
           f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")

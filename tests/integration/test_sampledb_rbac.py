@@ -71,8 +71,9 @@ def test_the_operator_runs_on_its_service_account(kube: Kube, namespace: str, rb
     assert "Forbidden" not in log and "403" not in log, [ln for ln in log.splitlines() if "403" in ln or "Forbidden" in ln]
 
     # what the ClusterRole does not grant is refused (authorization comes before the lookup, so the pod
-    # need not exist): the roles label pods, they never delete them
-    refused = subprocess.run([kube.kubectl_path, f"--kubeconfig={config}", "-n", namespace, "delete", "pod", "db-0"],
-                             capture_output=True, text=True, timeout=60)
+    # need not exist): nothing of the roles' touches ServiceAccounts
+    refused = subprocess.run([kube.kubectl_path, f"--kubeconfig={config}", "-n", namespace, "delete",
+                              "serviceaccount", "default"], capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0
-    assert f'User "system:serviceaccount:{namespace}:{sa}" cannot delete resource "pods"' in refused.stderr, refused.stderr
+    assert (f'User "system:serviceaccount:{namespace}:{sa}" cannot delete resource "serviceaccounts"'
+            in refused.stderr), refused.stderr
