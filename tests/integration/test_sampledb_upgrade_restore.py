@@ -58,7 +58,7 @@ def test_restore_builds_a_new_database_from_a_backup(kube: Kube, namespace: str,
 
     # a backup that does not exist: the database says so, naming the field, and never becomes Ready
     create(kube, namespace, "nope", replicas=1, restoreFrom={"backup": "no-such-backup"})
-    db = wait_phase(kube, namespace, "nope", "Failed", timeout=60)
+    db = wait_phase(kube, namespace, "nope", "Failed", timeout=180)
     msg = condition(db, "Ready")["message"]
     assert msg.startswith("spec.restoreFrom.backup: SampleDBBackup no-such-backup does not exist"), msg
     assert wait_for("a RestoreFailed event", lambda: events(kube, namespace, "RestoreFailed"))  # after the status

@@ -19,7 +19,7 @@ NOW = "2026-11-24T10:00:30Z"
 def pod(name: str, ready: bool = True, uid: str | None = None, started: str = "2026-11-24T09:00:00Z",
         running: bool = True, deleting: bool = False) -> dict:
     state = {"running": {"startedAt": started}} if running else {"terminated": {"exitCode": 0}}
-    meta = {"name": name, "uid": uid or f"uid-{name}"}
+    meta = {"name": name, "uid": uid or f"uid-{name}", "labels": {leader.ROLE_LABEL: "replica"}}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-24T10:00:00Z"
     return {"metadata": meta, "status": {
@@ -122,3 +122,11 @@ def test_a_switchover_to_an_unready_server_or_the_primary_itself_does_nothing() 
     pods = [pod("db-0"), pod("db-1", ready=False)]
     assert plan(pods, lease("db-0"), switchover_to="db-1")["fencing"] == ""
     assert plan(pods, lease("db-0"), switchover_to="db-0")["fencing"] == ""
+
+
+def test_a_new_pod_of_the_primarys_name_never_labelled_is_not_waited_for() -> None:
+    """The primary's pod was deleted and the StatefulSet made a new one: unlabelled, it runs no server."""
+    new_pod = pod("db-0", ready=False, uid="new")
+    del new_pod["metadata"]["labels"]
+    p = plan([new_pod, pod("db-1")], lease("db-0"), unready_since="2026-11-24T10:00:00Z")
+    assert (p["target"], p["changed"], p["fencing"]) == ("db-1", True, "")

@@ -26,6 +26,7 @@ PROMOTE = "sampledb.example.com/promote"
 REASON = "sampledb.example.com/change-reason"
 CHANGE_KEYS = (FENCING, FENCING_UID, FENCING_SINCE, PROMOTE, REASON)
 SERVER_CONTAINER = "postgres"
+ROLE_LABEL = "sampledb.example.com/role"
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -107,8 +108,8 @@ def sampledb_leader_plan(pods, lease, now, unready_since=None, grace_seconds=10,
             return wanted
         return next((n for n in ready if n != excluded), "")
 
-    def fence(old: str, new: str, reason: str, since: str, uid: str) -> dict:
-        if sampledb_fenced(pods, old, uid, since) and new:
+    def fence(old: str, new: str, reason: str, since: str, uid: str, stopped: bool = False) -> dict:
+        if (stopped or sampledb_fenced(pods, old, uid, since)) and new:
             return {**plan, "target": new, "current": old, "holder": new, "changed": True, "reason": reason,
                     "message": f"{old} has stopped; promoted {new}"}
         waited = (_time(now) - _time(since)).total_seconds() if _time(since) else 0
@@ -133,8 +134,11 @@ def sampledb_leader_plan(pods, lease, now, unready_since=None, grace_seconds=10,
         return {**plan, "target": first, "holder": first, "current": ""}
 
     def begin(new: str, reason: str) -> dict:
-        uid = (by_name.get(holder) or {}).get("metadata", {}).get("uid", "")
-        return {**fence(holder, new, reason, now, uid), "began": True}
+        meta = (by_name.get(holder) or {}).get("metadata") or {}
+        # A new pod of the primary's name (the old one was deleted) that was never labelled: its entrypoint
+        # waits for a label before it starts a server, so there is nothing to stop.
+        never_labelled = bool(meta) and ROLE_LABEL not in (meta.get("labels") or {})
+        return {**fence(holder, new, reason, now, meta.get("uid", ""), stopped=never_labelled), "began": True}
 
     wanted = switchover_to or ""
     if wanted and wanted != holder and wanted in ready:
