@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import os
 import shlex
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,8 +113,15 @@ class ClientPod:
         script = ('IFS= read -r PGPASSWORD; export PGPASSWORD; exec psql -X -A -t -q -v ON_ERROR_STOP=1 '
                   f'-h {shlex.quote(host)} -U {shlex.quote(creds.user)} -d {shlex.quote(database)} '
                   f'-c {shlex.quote(sql)}')
-        proc = self.kube.kubectl("-n", self.namespace, "exec", "-i", self.name, "--", "bash", "-c", script,
-                                 input=creds.password + "\n", check=False)
+        for _ in range(3):
+            proc = self.kube.kubectl("-n", self.namespace, "exec", "-i", self.name, "--", "bash", "-c", script,
+                                     input=creds.password + "\n", check=False)
+            # Under CI's load a lookup of a name that exists can time out in one search domain of the pod's
+            # resolv.conf (ndots 5); glibc then tries the next and reports the last one's NXDOMAIN. Applications
+            # retry a failed connection; so does this client, for that error only.
+            if "could not translate host name" not in proc.stderr:
+                break
+            time.sleep(2)
         if check and proc.returncode != 0:
             raise AssertionError(f"psql -h {host} as {creds.user} failed: {proc.stderr.strip()}")
         return proc.returncode, proc.stdout.strip(), proc.stderr.strip()

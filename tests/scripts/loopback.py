@@ -88,6 +88,14 @@ def _container_env(container: dict[str, Any], secrets: dict[str, str], fields: d
     return env
 
 
+def _default_signals() -> None:
+    """A container's process starts with every signal at its default, as runc leaves them. A test run started
+    in the background by a non-interactive shell inherits SIGINT and SIGQUIT ignored, and bash cannot trap a
+    signal ignored on entry: the entrypoint would never hear the images' stop signal (SIGINT)."""
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @dataclass
 class Identity:
     uid: int
@@ -245,7 +253,8 @@ class Pod:
         log.write(f"--- start {self.starts}\n".encode())
         log.flush()
         self.proc = subprocess.Popen(["unshare", "--pid", "--fork", *self.user.argv(self.env(), cmd)],
-                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     preexec_fn=_default_signals)
         log.close()
         self.db.node.procs.append(self.proc)
         self.db.node.inits.append(self.init_pid() or 0)
