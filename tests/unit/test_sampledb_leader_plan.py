@@ -8,10 +8,19 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "roles" / "leader" / "filter_plugins" / "sampledb_leader.py"
-_spec = importlib.util.spec_from_file_location("sampledb_leader", _PATH)
-leader = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(leader)
+_ROLES = Path(__file__).resolve().parents[2] / "roles"
+
+
+def _plugin(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+leader = _plugin("sampledb_leader", _ROLES / "leader" / "filter_plugins" / "sampledb_leader.py")
+# readiness as the role computes it, with the shared Jinja test
+sampledb_ready = _plugin("sampledb_tests", _ROLES / "common" / "test_plugins" / "sampledb.py").sampledb_ready
 
 NOW = "2026-11-24T10:00:30Z"
 
@@ -37,7 +46,8 @@ def fencing(old: str, new: str, since: str = "2026-11-24T10:00:20Z", reason: str
 
 
 def plan(pods, the_lease, **kw):
-    return leader.sampledb_leader_plan(pods, the_lease, NOW, **kw)
+    ready = [p["metadata"]["name"] for p in pods if sampledb_ready(p)]
+    return leader.sampledb_leader_plan(pods, the_lease, NOW, ready, **kw)
 
 
 def test_the_first_server_becomes_primary_at_first_start() -> None:

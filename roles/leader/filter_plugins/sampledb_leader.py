@@ -41,14 +41,6 @@ def _time(text: str | None) -> datetime | None:
     return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC)
 
 
-def _ready(pod: dict) -> bool:
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    status = pod.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    return status.get("phase") == "Running" and ready
-
-
 def _server_status(pod: dict) -> dict | None:
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     return next((c for c in statuses if c.get("name") == SERVER_CONTAINER), None)
@@ -71,10 +63,11 @@ def sampledb_fenced(pods: list[dict], name: str, uid: str, since: str) -> bool:
     return started is not None and fence_began is not None and started > fence_began
 
 
-def sampledb_leader_plan(pods, lease, now, unready_since=None, grace_seconds=10, switchover_to="",
+def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, switchover_to="",
                          switchover_reason="switchover", hold=False, fence_timeout_seconds=30):
     """What the leader role does in this run. ``pods`` are the database's server pods, ``lease`` its primary
-    Lease ({} when there is none), ``now`` and ``unready_since`` UTC times as '%Y-%m-%dT%H:%M:%SZ'.
+    Lease ({} when there is none), ``ready`` the names of the pods that can serve (the sampledb_ready test),
+    ``now`` and ``unready_since`` UTC times as '%Y-%m-%dT%H:%M:%SZ'.
     ``switchover_to`` asks for that server as the primary (``switchover_reason`` says who asks); ``hold``
     keeps an unready primary that is being restarted on purpose.
 
@@ -94,7 +87,8 @@ def sampledb_leader_plan(pods, lease, now, unready_since=None, grace_seconds=10,
     pods = sorted(pods or [], key=lambda p: _ordinal(p["metadata"]["name"]))
     names = [p["metadata"]["name"] for p in pods]
     by_name = {p["metadata"]["name"]: p for p in pods}
-    ready = [p["metadata"]["name"] for p in pods if _ready(p)]
+    serving = set(ready or [])
+    ready = [n for n in names if n in serving]  # in ordinal order
     annotations = dict(((lease or {}).get("metadata") or {}).get("annotations") or {})
     holder = ((lease or {}).get("spec") or {}).get("holderIdentity") or ""
     fencing = annotations.get(FENCING, "")
