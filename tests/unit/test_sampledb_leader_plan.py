@@ -121,8 +121,9 @@ def test_the_chosen_server_gone_unready_another_ready_one_is_promoted() -> None:
 
 def test_a_switchover_fences_a_healthy_primary_then_promotes_the_named_server() -> None:
     pods = [pod("db-0"), pod("db-1"), pod("db-2")]
-    p = plan(pods, lease("db-0"), switchover_to="db-2")
+    p = plan(pods, lease("db-0"), requested="db-2", database="db")
     assert (p["target"], p["fencing"], p["promote"], p["reason"]) == ("", "db-0", "db-2", "switchover")
+    assert p["refused"] == ""
     stopped = [pod("db-0", ready=False, started="2026-11-24T10:00:32Z"), pod("db-1"), pod("db-2")]
     p = plan(stopped, lease("", **p["annotations"]))
     assert (p["target"], p["changed"], p["reason"]) == ("db-2", True, "switchover")
@@ -140,3 +141,19 @@ def test_a_new_pod_of_the_primarys_name_never_labelled_is_not_waited_for() -> No
     del new_pod["metadata"]["labels"]
     p = plan([new_pod, pod("db-1")], lease("db-0"), unready_since="2026-11-24T10:00:00Z")
     assert (p["target"], p["changed"], p["fencing"]) == ("db-1", True, "")
+
+
+def test_a_requested_switchover_is_refused_unless_it_names_a_ready_server() -> None:
+    pods = [pod("db-0"), pod("db-1", ready=False)]
+    p = plan(pods, lease("db-0"), requested="db-7", database="db")
+    assert p["refused"] == "db-7 is not a server of db (its servers: db-0, db-1)" and not p["fencing"]
+    p = plan(pods, lease("db-0"), requested="db-1", database="db")
+    assert p["refused"] == "db-1 is not Ready" and not p["fencing"]
+
+
+def test_the_upgrade_roles_switchover_waits_for_its_server_instead_of_being_refused() -> None:
+    pods = [pod("db-0", ready=False), pod("db-1")]
+    p = plan(pods, lease("db-1"), switchover_to="db-0")
+    assert (p["refused"], p["fencing"], p["target"]) == ("", "", "db-1")
+    p = plan([pod("db-0"), pod("db-1")], lease("db-1"), switchover_to="db-0")
+    assert (p["fencing"], p["promote"], p["reason"]) == ("db-1", "db-0", "upgrade")

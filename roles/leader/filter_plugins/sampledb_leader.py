@@ -64,12 +64,14 @@ def sampledb_fenced(pods: list[dict], name: str, uid: str, since: str) -> bool:
 
 
 def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, switchover_to="",
-                         switchover_reason="switchover", hold=False, fence_timeout_seconds=30):
+                         switchover_reason="upgrade", requested="", database="", hold=False,
+                         fence_timeout_seconds=30):
     """What the leader role does in this run. ``pods`` are the database's server pods, ``lease`` its primary
     Lease ({} when there is none), ``ready`` the names of the pods that can serve (the sampledb_ready test),
     ``now`` and ``unready_since`` UTC times as '%Y-%m-%dT%H:%M:%SZ'.
-    ``switchover_to`` asks for that server as the primary (``switchover_reason`` says who asks); ``hold``
-    keeps an unready primary that is being restarted on purpose.
+    ``switchover_to`` asks for that server as the primary once it is Ready (``switchover_reason`` says who
+    asks); ``requested`` is a user's request for a switchover to that server of ``database``, refused unless it
+    is Ready; ``hold`` keeps an unready primary that is being restarted on purpose.
 
     Returns a dict:
       target       the pod to label primary after this run ('' while a fence is in progress)
@@ -83,6 +85,7 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
       reason       failover | switchover | upgrade, for a change in progress or just made
       evict        the old primary's pod to delete (it did not stop within the fence timeout)
       message      what is happening, for status and Events
+      refused      why ``requested`` cannot be done ('' when it can, or when nothing was requested)
     """
     pods = sorted(pods or [], key=lambda p: _ordinal(p["metadata"]["name"]))
     names = [p["metadata"]["name"] for p in pods]
@@ -93,8 +96,14 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
     holder = ((lease or {}).get("spec") or {}).get("holderIdentity") or ""
     fencing = annotations.get(FENCING, "")
     no_change = {k: "" for k in CHANGE_KEYS}
+    refused = ("" if not requested or requested in ready
+               else f"{requested} is not a server of {database} (its servers: {', '.join(names)})"
+               if requested not in names else f"{requested} is not Ready")
+    if not switchover_to and requested and not refused:
+        switchover_to, switchover_reason = requested, "switchover"
     plan = {"target": holder, "current": holder, "fencing": "", "annotations": no_change, "holder": holder,
-            "changed": False, "began": False, "promote": "", "reason": "", "evict": "", "message": ""}
+            "changed": False, "began": False, "promote": "", "reason": "", "evict": "", "message": "",
+            "refused": refused}
 
     def candidate(excluded: str, wanted: str = "") -> str:
         # Until the servers report their WAL positions, the lowest ordinal: the first to have started.
