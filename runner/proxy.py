@@ -11,6 +11,9 @@ credentials, and on the way:
 - tells the dependent watcher about every kind it sees owned this way, so changes to those objects
   bring their owner back (also after a restart: the first run re-reads its dependents through here);
 - remembers the resourceVersions its writes produced, so the role's own writes do not trigger runs.
+
+WebSocket upgrades (exec, attach, port-forward: what kubernetes.core.k8s_exec uses) are passed through
+message by message, as httputil.ReverseProxy passes them in the Go proxy.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
-from aiohttp import web
+from aiohttp import WSMsgType, hdrs, web
 
 from .apisession import ApiSession
 from .config import GVK
@@ -43,6 +47,9 @@ HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authoriza
               # aiohttp decompresses upstream bodies itself; pass them on as plain bytes
               "accept-encoding", "content-encoding"}
 NAMESPACE_SUBRESOURCES = {"status", "finalize"}
+# Subresources the API server checks (authorization, the pod, the container) the same way with or without
+# the upgrade, and never streams without it.
+STREAM_SUBRESOURCES = {"exec", "attach", "portforward"}
 # Events are records about objects, not parts of them: never owned, never watched as dependents.
 NOT_DEPENDENTS = {("", "events"), ("events.k8s.io", "events")}
 
@@ -190,11 +197,13 @@ class OwnerProxy:
         self._dir = kubeconfig_dir or Path(tempfile.mkdtemp(prefix="playbook-operator-kubeconfigs-"))
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._runner: web.AppRunner | None = None
+        self._upgraded: set[web.WebSocketResponse] = set()
         self.port = 0
 
     async def start(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
+        app.on_shutdown.append(self._end_upgrades)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         # An ephemeral port: upstream's fixed 8888 clashes when two operators share a host.
@@ -207,6 +216,11 @@ class OwnerProxy:
     async def stop(self) -> None:
         if self._runner:
             await self._runner.cleanup()
+
+    async def _end_upgrades(self, _app: web.Application) -> None:
+        # A stream into a pod has no end of its own, and aiohttp waits for open handlers at shutdown (twice
+        # its 60 s timeout): end them (1001, going away), which ends their upstream streams too.
+        await asyncio.gather(*(ws.close(code=1001) for ws in list(self._upgraded)), return_exceptions=True)
 
     # ------------------------------------------------------------------ per-run credentials
     def kubeconfig_for(self, owner: Owner) -> tuple[str, Path]:
@@ -246,6 +260,9 @@ class OwnerProxy:
         if owner is None:
             return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401,
                                       "reason": "Unauthorized", "message": "unknown or expired run token"}, status=401)
+        if request.headers.get(hdrs.UPGRADE, "").lower() == "websocket":
+            # Streams into pods (subresources): nothing to own, no object write to remember.
+            return await self._upgrade(request)
         body = await request.read() if request.can_read_body else None
         info = parse_path(request.path)
         target: tuple[str, bool] | None = None
@@ -317,6 +334,54 @@ class OwnerProxy:
             await resp.write_eof()
             return resp
 
+    async def _upgrade(self, request: web.Request) -> web.StreamResponse:
+        offered = [p.strip() for value in request.headers.getall(hdrs.SEC_WEBSOCKET_PROTOCOL, [])
+                   for p in value.split(",") if p.strip()]
+        try:
+            # The session's connector carries the TLS settings; max_msg_size=0: the API server sets the limits.
+            upstream = await self.api.session.ws_connect(self.api.base + request.path_qs, protocols=offered,
+                                                         headers=self.api.auth_headers(), max_msg_size=0)
+        except aiohttp.WSServerHandshakeError as exc:
+            return await self._refused(request, exc.status)
+        except aiohttp.ClientError as exc:
+            return _status(502, f"API server unreachable for the upgrade: {exc}")
+        async with upstream:
+            # Accept the client only now, with the subprotocol the API server chose: the channel protocol
+            # version (v4, v5, base64) decides how both ends frame their messages.
+            client = web.WebSocketResponse(protocols=[upstream.protocol] if upstream.protocol else [],
+                                           max_msg_size=0)
+            await client.prepare(request)
+            pumps = [asyncio.create_task(_pump(client, upstream)), asyncio.create_task(_pump(upstream, client))]
+            self._upgraded.add(client)
+            try:
+                await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self._upgraded.discard(client)
+                # One side is done: the other direction has nothing left to carry.
+                for pump in pumps:
+                    pump.cancel()
+                await asyncio.gather(*pumps, return_exceptions=True)
+                await client.close(code=_sendable(upstream.close_code))
+                await upstream.close(code=_sendable(client.close_code))
+        return client
+
+    async def _refused(self, request: web.Request, status: int) -> web.Response:
+        """The API server's answer to a refused upgrade, so that the role sees why (RBAC, "pods x not found").
+        aiohttp drops the body of a refused handshake; for exec, attach and port-forward the same request
+        without the upgrade is refused the same way, so its answer is the explanation when the status agrees."""
+        info = parse_path(request.path)
+        if status >= 400 and info is not None and info.subresource in STREAM_SUBRESOURCES:
+            try:
+                async with self.api.request("GET", request.path_qs) as again:
+                    if again.status == status:
+                        return web.Response(status=status, body=await again.read(), headers={
+                            hdrs.CONTENT_TYPE: again.headers.get(hdrs.CONTENT_TYPE, "application/json")})
+            except aiohttp.ClientError as exc:
+                log.debug("no explanation for the refused upgrade of %s: %s", request.path, exc)
+        # A refusal that is no error (a 200 or a bad 101) means the API server cannot upgrade: a bad gateway.
+        code = status if status >= 400 else 502
+        return _status(code, f"the API server refused the upgrade of {request.path} ({status})")
+
     def _inject(self, request: web.Request, info: RequestInfo, target: tuple[str, bool], owner: Owner,
                 body: bytes) -> bytes:
         ctype = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
@@ -371,3 +436,29 @@ class OwnerProxy:
             # its own (a pod of a StatefulSet, annotated for its events) goes with that owner.
             unowned = not meta.get("ownerReferences")
             self.on_dependent(owner, GVK(info.group, info.version, kind), info.resource, namespaced, unowned)
+
+
+async def _pump(src: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+                dst: web.WebSocketResponse | aiohttp.ClientWebSocketResponse) -> None:
+    """Carry one direction of an upgraded connection until its sender closes (or fails)."""
+    async for msg in src:
+        if msg.type == WSMsgType.BINARY:
+            await dst.send_bytes(msg.data)
+        elif msg.type == WSMsgType.TEXT:
+            await dst.send_str(msg.data)
+        elif msg.type == WSMsgType.ERROR:
+            return
+
+
+def _sendable(code: int | None) -> int:
+    """The close code to pass on. 1005 (none given), 1006 (connection lost) and 1015 (TLS failure) only
+    describe a closing and must not be sent (RFC 6455 7.4.1; websocket-client fails on them): a lost side
+    becomes 1014, bad gateway."""
+    if code is None or code == 1005:
+        return 1000
+    return 1014 if code in (1006, 1015) else code
+
+
+def _status(code: int, message: str) -> web.Response:
+    return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                              "code": code, "message": message}, status=code)
