@@ -91,6 +91,7 @@ class Writes:
 
     acked: dict[int, float]
     failed: dict[int, float]
+    reasons: dict[int, str]  # a failed attempt's error, as psql printed it (cut)
 
     def acked_before(self, epoch: float) -> set[int]:
         return {seq for seq, at in self.acked.items() if at < epoch}
@@ -108,12 +109,14 @@ class Writer(_ScriptPod):
         wait_for(f"{name} to have written", lambda: len(self.writes().acked) >= 5, timeout=120, interval=1)
 
     def writes(self) -> Writes:
-        acked, failed = {}, {}
+        acked, failed, reasons = {}, {}, {}
         for line in self.logs().splitlines():
-            parts = line.split()
+            parts = line.split(maxsplit=3)
             if len(parts) >= 3 and parts[0] in ("ack", "fail"):
                 (acked if parts[0] == "ack" else failed)[int(parts[1])] = float(parts[2])
-        return Writes(acked, failed)
+                if parts[0] == "fail":
+                    reasons[int(parts[1])] = parts[3] if len(parts) > 3 else ""
+        return Writes(acked, failed, reasons)
 
     def wait_for_more(self, count: int = 20, timeout: float = 180) -> None:
         """Waits until ``count`` more rows than now are acknowledged (writes flow again)."""

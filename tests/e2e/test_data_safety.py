@@ -159,3 +159,35 @@ def test_a_failed_primary_loses_no_acknowledged_row_and_never_makes_two_primarie
     primary = _assert_safe(real, ns, "ha", writes, checker.stop(), servers)
     print(f"{fault.__name__.strip('_')} {old} → primary {primary}; longest write gap {writes.longest_gap():.1f} s; "
           f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
+
+
+def test_a_major_upgrade_under_writes_keeps_every_acknowledged_row(
+        real: Kube, real_namespace: str, real_sampledb_operator) -> None:
+    """15 → 18 by dump and load: the old server is fenced (read-only, its sessions ended) before the dump, and
+    the new one takes no writes until the dump is loaded, so a write is either refused or in the new version."""
+    real_sampledb_operator()
+    ns = real_namespace
+    old, new = images.POSTGRES_VERSIONS[0], images.POSTGRES_VERSIONS[-1]
+    assert old.split(".")[0] != new.split(".")[0]
+    _ready_database(real, ns, "mj", replicas=2, version=old)
+    servers = sorted(roles(real, ns, "mj"))
+    checker = PrimaryChecker(real, ns, "mj", servers, POSTGRES_IMAGE)
+    writer = Writer(real, ns, "mj", POSTGRES_IMAGE)
+    writer.wait_for_more(10)
+
+    asked = time.time()
+    real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "mj",
+                                               {"spec": {"version": new, "upgrade": {"allowMajor": True}}})
+    wait_for(f"the database on {new} and Ready", lambda: (
+        st := get(real, ns, "mj").get("status") or {}).get("version") == new and st.get("phase") == "Ready",
+        timeout=900, interval=2)
+    done = time.time()
+    writer.wait_for_more(20, timeout=300)
+    writes = writer.stop()
+    primary = _assert_safe(real, ns, "mj", writes, checker.stop(), servers)
+    assert psql_in_server(real, ns, primary, "show server_version").startswith(new)
+    refused = [seq for seq, why in writes.reasons.items() if "read-only transaction" in why]
+    assert refused, "the writer was never refused: the fence was not seen"
+    print(f"major upgrade {old} → {new}: {done - asked:.1f} s asked → Ready; write downtime (longest gap) "
+          f"{writes.longest_gap():.1f} s; {len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed "
+          f"({len(refused)} refused as read-only)")

@@ -25,13 +25,14 @@ def sampledb_vars(name: str = "db", namespace: str = "ns", **spec: Any) -> dict[
     """The extra-vars the runtime gives the playbook for a SampleDB with this spec (CRD defaults filled in)."""
     spec = {"version": "15.18", "replicas": 1, "storage": {"size": "1Gi"}, "deletionPolicy": "Snapshot",
             "backup": {"schedule": "30 0 * * *", "retention": 7, "suspend": False, "storageSize": "2Gi"},
-            "upgrade": {"allowMajor": False}, **spec}
+            "upgrade": {"allowMajor": False}, "replication": {"mode": "sync"}, **spec}
     obj = {"apiVersion": "sampledb.example.com/v1alpha1", "kind": "SampleDB",
            "metadata": {"name": name, "namespace": namespace}, "spec": spec, "status": {}}
     return {"ansible_operator_meta": {"name": name, "namespace": namespace},
             "_sampledb_example_com_sampledb": obj, "_sampledb_example_com_sampledb_spec": spec,
             "version": spec["version"], "replicas": spec["replicas"], "storage": spec["storage"],
-            "deletion_policy": spec["deletionPolicy"], "backup": spec["backup"], "upgrade": spec["upgrade"]}
+            "deletion_policy": spec["deletionPolicy"], "backup": spec["backup"], "upgrade": spec["upgrade"],
+            "replication": spec["replication"]}
 
 
 def render(*variants: tuple[list[str], dict[str, Any]]) -> list[dict[str, list[dict[str, Any]]]]:

@@ -223,19 +223,53 @@ def test_major_migration_15_to_18_keeps_every_row(make_server, tmp_path: Path) -
     new primary starts empty, and restore.sh (the load Job) fills it."""
     old = make_server(PG15, "pg15")
     seed(old)
+    # a client session open (idle in a transaction that wrote) when the dump starts
+    client = subprocess.Popen(["runuser", "-u", old.user, "--", "env", *[f"{k}={v}" for k, v in old.env().items()],
+                               "psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-d", "app"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert client.stdin is not None
+    client.stdin.write("BEGIN; INSERT INTO orders VALUES (100001, 'uncommitted'); SELECT 'open';\n")
+    client.stdin.flush()
+    assert client.stdout is not None and client.stdout.readline().strip() == "open"
     expected = fingerprint(old)
     dump = _tree(tmp_path / "migration", USER) / "15-to-18.sql.gz"
     new_bin = pg18_bin()
     dumper = Server(new_bin, old.data, old.sockets, old.port, old.user)
-    out = dumper.run("bash", str(SCRIPTS / "migrate.sh"), "dump", str(dump))
+    out = dumper.run("bash", str(SCRIPTS / "migrate.sh"), "dump", str(dump), check=False)
+    assert out.returncode == 0, out.stderr
     assert f"migration dump {dump}:" in out.stdout and not Path(f"{dump}.partial").exists()
+    assert "the old server is read-only; 1 client sessions ended" in out.stdout
+    # Fenced: what the old server would acknowledge now would be in neither version, so it takes no writes.
+    refused = old.run("psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-d", "app", "-c",
+                      "INSERT INTO orders VALUES (100002, 'after the dump')", check=False)
+    assert refused.returncode != 0 and "read-only transaction" in refused.stderr, refused
+    client.stdin.write("COMMIT;\n")
+    client.stdin.close()
+    client.wait(timeout=30)
+    assert fingerprint(old) == expected  # the session that was writing was cut off, never acknowledged
     old.stop()
 
     new = make_server(new_bin, "pg18")
+    # entrypoint.sh starts the new primary of a major upgrade read-only; the load lifts it when complete
+    new.sql("ALTER SYSTEM SET default_transaction_read_only = on")
+    new.sql("SELECT pg_reload_conf()")
     new.run("bash", str(SCRIPTS / "restore.sh"), extra={"BACKUP_FILE": str(dump)})
     assert fingerprint(new) == expected
+    assert new.sql("SHOW default_transaction_read_only") == "off"
+    new.sql("INSERT INTO orders VALUES (100003, 'on 18')", db="app")
     assert new.sql("SHOW server_version_num")[:2] == "18"
     assert new.sql("SELECT rolname FROM pg_roles WHERE rolname = 'app'") == "app"
+
+
+def test_a_migration_dump_that_fails_leaves_the_old_server_taking_writes(make_server, tmp_path: Path) -> None:
+    server = make_server(PG15, "unfence")
+    seed(server, rows=10)
+    readonly = tmp_path / "readonly"  # owned by root: the server's user cannot write the dump there
+    readonly.mkdir(mode=0o755)
+    proc = server.run("bash", str(SCRIPTS / "migrate.sh"), "dump", str(readonly / "m.sql.gz"), check=False)
+    assert proc.returncode != 0 and "the old server takes writes again" in proc.stderr, proc
+    server.sql("INSERT INTO orders VALUES (11, 'still writable')", db="app")
+    assert server.sql("SHOW default_transaction_read_only") == "off"
 
 
 def test_migrate_refuses_anything_but_dump(make_server, tmp_path: Path) -> None:
@@ -285,8 +319,9 @@ def test_primary_and_streaming_replica_as_the_statefulset_runs_them(node, major:
     """As a real node runs the StatefulSet: a non-root server initialises PGDATA in a 0777 volume; the readiness
     probe passes once it serves over TCP; a replica clones it (pg_basebackup over TCP with the replication
     user's password, pg_hba.conf as shipped) and streams (pg_stat_replication lists it by pod name), also after
-    a restart; SIGTERM stops the server at once despite an open session, and the probes fail then."""
-    db = node(PG15 if major == "15" else pg18_bin()).database("db", replicas=2)
+    a restart; SIGTERM stops the server at once despite an open session, and the probes fail then. (Writes
+    before the replica exists: asynchronous replication.)"""
+    db = node(PG15 if major == "15" else pg18_bin()).database("db", replicas=2, replication={"mode": "async"})
     primary, replica = db.pods
     primary.start("primary")
     primary.wait_ready()
@@ -334,11 +369,31 @@ def test_primary_and_streaming_replica_as_the_statefulset_runs_them(node, major:
     assert replica.probe("readinessProbe") == 0  # still serving reads
 
 
+def test_in_sync_mode_a_commit_is_acknowledged_once_a_replica_has_it(node) -> None:
+    """spec.replication.mode sync (the default) with two servers: the primary's commit waits until the replica
+    has it on disk, so a failover to that replica cannot lose it; the servers start all the same (their own
+    bootstrap does not wait for a replica that is not there yet)."""
+    db = node(PG15).database("db", replicas=2)
+    primary, replica = db.pods
+    primary.start("primary")
+    primary.wait_ready()
+    assert primary.sql("SHOW synchronous_standby_names") == "ANY 1 (*)"
+    insert = primary.psql("CREATE TABLE t (x int); INSERT INTO t VALUES (1)", background=True)
+    time.sleep(3)
+    assert insert.poll() is None, "the commit was acknowledged with no replica to have it"
+    replica.start("replica")
+    replica.wait_ready()
+    assert insert.wait(timeout=60) == 0
+    # on the replica's disk when acknowledged; visible there once replayed (synchronous_commit on, not remote_apply)
+    wait_for("the row on the replica", lambda: replica.psql("SELECT count(*) FROM t").stdout.strip() == "1", 30)
+    assert primary.sql("SELECT sync_state FROM pg_stat_replication") == "quorum"
+
+
 def test_failover_promotes_the_relabelled_replica_and_clones_the_old_primary_from_it(node) -> None:
     """The leader role demotes the primary (label replica) and promotes a replica (label primary): the old
     primary stops by itself, the replica promotes itself, and the old primary, restarted, keeps its data aside
     and streams from the new primary."""
-    db = node(PG15).database("ha", replicas=2)
+    db = node(PG15).database("ha", replicas=2, replication={"mode": "async"})  # it writes before the replica starts
     a, b = db.pods
     a.start("primary")
     a.wait_ready()
@@ -417,7 +472,9 @@ def test_jobs_bootstrap_back_up_and_restore_into_a_new_database_whose_replica_cl
     assert f"backup {backup}:" in out.stdout
     assert backup.stat().st_uid == src.pods[0].user.uid and stat.S_IMODE(backup.stat().st_mode) == 0o640
 
-    copy = n.database("copy", replicas=2, job_vars={"restore_claim": "src-backups", "restore_path": "src/nightly.sql.gz"})
+    # (asynchronous: the Jobs run here before the replica starts; a real StatefulSet starts it meanwhile)
+    copy = n.database("copy", replicas=2, replication={"mode": "async"},
+                      job_vars={"restore_claim": "src-backups", "restore_path": "src/nightly.sql.gz"})
     copy.backups["src-backups"] = backups
     assert copy.secrets != src.secrets
     primary, replica = copy.pods

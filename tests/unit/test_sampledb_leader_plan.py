@@ -157,3 +157,31 @@ def test_the_upgrade_roles_switchover_waits_for_its_server_instead_of_being_refu
     assert (p["refused"], p["fencing"], p["target"]) == ("", "", "db-1")
     p = plan([pod("db-0"), pod("db-1")], lease("db-1"), switchover_to="db-0")
     assert (p["fencing"], p["promote"], p["reason"]) == ("db-1", "db-0", "upgrade")
+
+
+def test_a_failover_promotes_the_most_advanced_replica_once_the_old_primary_has_stopped() -> None:
+    """The replica that received the most WAL has every commit a synchronous primary acknowledged: it is
+    promoted, whichever was named when the fence began; among equals, the lowest ordinal."""
+    pods = [pod("db-1"), pod("db-2"), pod("db-3")]  # db-0, the old primary, is gone
+    behind_first = {"db-1": "0/3000148", "db-2": "0/3A00000", "db-3": "0/3A00000"}
+    assert plan(pods, fencing("db-0", "db-1"), positions=behind_first)["target"] == "db-2"
+    assert plan(pods, fencing("db-0", "db-1"), positions={"db-1": "1/0", "db-3": "0/FFFFFFFF"})["target"] == "db-1"
+    # a replica whose position could not be read is promoted only if nothing else is known
+    assert plan(pods, fencing("db-0", "db-1"), positions={"db-1": "", "db-3": "0/10"})["target"] == "db-3"
+    assert plan(pods, fencing("db-0", "db-1"), positions={})["target"] == "db-1"
+    # a switchover promotes the server the user named (the old primary stopped cleanly: it has everything)
+    assert plan(pods, fencing("db-0", "db-1", reason="switchover"), positions=behind_first)["target"] == "db-1"
+
+
+@pytest.mark.parametrize(("text", "number"), [
+    ("0/3000148", 0x3000148), ("16/B374D848", 0x16 << 32 | 0xB374D848), ("", None), (None, None), ("garbage", None)])
+def test_wal_positions_are_read_as_postgresql_prints_them(text, number) -> None:
+    assert leader.sampledb_lsn(text) == number
+
+
+def test_only_exec_results_that_ran_and_succeeded_count_as_positions() -> None:
+    results = [{"item": "db-1", "stdout": "0/3000148\n", "rc": 0},
+               {"item": "db-2", "failed": True, "msg": "exec is not possible here"},
+               {"item": "db-3", "stdout": "", "stderr": "psql: error", "rc": 2},
+               {"item": "db-4", "skipped": True}]
+    assert leader.sampledb_exec_output(results) == {"db-1": "0/3000148"}

@@ -63,15 +63,24 @@ def sampledb_fenced(pods: list[dict], name: str, uid: str, since: str) -> bool:
     return started is not None and fence_began is not None and started > fence_began
 
 
+def sampledb_lsn(text) -> int | None:
+    """A WAL position as PostgreSQL prints it ('16/B374D848') as a number, None when there is none."""
+    match = re.fullmatch(r"\s*([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})\s*", str(text or ""))
+    return (int(match.group(1), 16) << 32 | int(match.group(2), 16)) if match else None
+
+
 def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, switchover_to="",
                          switchover_reason="upgrade", requested="", database="", hold=False,
-                         fence_timeout_seconds=30):
+                         fence_timeout_seconds=30, positions=None):
     """What the leader role does in this run. ``pods`` are the database's server pods, ``lease`` its primary
     Lease ({} when there is none), ``ready`` the names of the pods that can serve (the sampledb_ready test),
     ``now`` and ``unready_since`` UTC times as '%Y-%m-%dT%H:%M:%SZ'.
     ``switchover_to`` asks for that server as the primary once it is Ready (``switchover_reason`` says who
     asks); ``requested`` is a user's request for a switchover to that server of ``database``, refused unless it
-    is Ready; ``hold`` keeps an unready primary that is being restarted on purpose.
+    is Ready; ``hold`` keeps an unready primary that is being restarted on purpose. ``positions`` are the
+    replicas' WAL positions (name → '16/B374D848', as far as each has received or replayed): a failover
+    promotes the most advanced Ready one (which has every commit a synchronous primary acknowledged), the
+    lowest ordinal among equals or when they are not known.
 
     Returns a dict:
       target       the pod to label primary after this run ('' while a fence is in progress)
@@ -105,11 +114,16 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
             "changed": False, "began": False, "promote": "", "reason": "", "evict": "", "message": "",
             "refused": refused}
 
-    def candidate(excluded: str, wanted: str = "") -> str:
-        # Until the servers report their WAL positions, the lowest ordinal: the first to have started.
-        if wanted and wanted in ready and wanted != excluded:
+    lsn = {name: sampledb_lsn(text) for name, text in (positions or {}).items()}
+
+    def candidate(excluded: str, wanted: str = "", reason: str = "failover") -> str:
+        others = [n for n in ready if n != excluded]
+        if reason == "failover" and any(lsn.get(n) is not None for n in others):
+            # max() keeps the first of equals: the lowest ordinal; a server whose position is unknown comes last
+            return max(others, key=lambda n: -1 if lsn.get(n) is None else lsn[n])
+        if wanted and wanted in others:
             return wanted
-        return next((n for n in ready if n != excluded), "")
+        return next(iter(others), "")
 
     def fence(old: str, new: str, reason: str, since: str, uid: str, stopped: bool = False) -> dict:
         if (stopped or sampledb_fenced(pods, old, uid, since)) and new:
@@ -127,9 +141,9 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
     if fencing:
         # A change in progress: promote once the old primary has stopped, to the chosen server if it is
         # still Ready, else to another Ready one.
-        new = candidate(fencing, annotations.get(PROMOTE, ""))
-        return fence(fencing, new, annotations.get(REASON, "failover"), annotations.get(FENCING_SINCE, now),
-                     annotations.get(FENCING_UID, ""))
+        reason = annotations.get(REASON, "failover")
+        new = candidate(fencing, annotations.get(PROMOTE, ""), reason)
+        return fence(fencing, new, reason, annotations.get(FENCING_SINCE, now), annotations.get(FENCING_UID, ""))
 
     if not holder:
         # First start: the lowest ordinal, once it exists.
@@ -157,6 +171,13 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
     return begin(new, "failover")
 
 
+def sampledb_exec_output(results) -> dict[str, str]:
+    """{item: stdout} of a k8s_exec loop's results that ran and succeeded (others are left out)."""
+    return {r["item"]: (r.get("stdout") or "").strip() for r in results or []
+            if not r.get("skipped") and not r.get("failed") and (r.get("rc", r.get("return_code", 0)) == 0)}
+
+
 class FilterModule:
     def filters(self):
-        return {"sampledb_leader_plan": sampledb_leader_plan, "sampledb_fenced": sampledb_fenced}
+        return {"sampledb_leader_plan": sampledb_leader_plan, "sampledb_fenced": sampledb_fenced,
+                "sampledb_lsn": sampledb_lsn, "sampledb_exec_output": sampledb_exec_output}
