@@ -73,8 +73,9 @@ def test_a_backup_taken_while_writing_restores_every_row_acknowledged_before_it(
 
 def test_a_minor_upgrade_under_writes_loses_no_acknowledged_row_and_never_makes_two_primaries(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
-    """15.18 → 15.20: replicas first, the primary (<name>-0) last, restarted in place (the upgrade role's order)."""
-    real_sampledb_operator()
+    """15.18 → 15.20: replicas first, the primary (<name>-0) last, restarted in place (the upgrade role's order).
+    The operator is killed (SIGKILL) once the rollout has begun, and a new one carries on."""
+    operator = real_sampledb_operator()
     ns = real_namespace
     old, new = images.POSTGRES_VERSIONS[0], images.POSTGRES_VERSIONS[1]
     assert old.split(".")[0] == new.split(".")[0]
@@ -84,6 +85,12 @@ def test_a_minor_upgrade_under_writes_loses_no_acknowledged_row_and_never_makes_
     writer = Writer(real, ns, "minor", POSTGRES_IMAGE)
 
     real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "minor", {"spec": {"version": new}})
+    wait_for("the first server updated", lambda: any(
+        p.spec.containers[0].image.endswith(f":{new}") for p in real.core.list_namespaced_pod(
+            ns, label_selector="app.kubernetes.io/instance=minor,statefulset.kubernetes.io/pod-name").items),
+        timeout=300, interval=1)
+    operator.kill_group()
+    real_sampledb_operator()
     wait_for(f"the database on {new} and Ready", lambda: (
         st := get(real, ns, "minor").get("status") or {}).get("version") == new and st.get("phase") == "Ready",
         timeout=600, interval=2)
@@ -130,6 +137,34 @@ def test_a_switchover_on_request_loses_no_acknowledged_row_and_never_makes_two_p
           f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
 
 
+def test_an_operator_killed_in_the_middle_of_a_switchover_is_finished_by_the_next_one(
+        real: Kube, real_namespace: str, real_sampledb_operator) -> None:
+    """SIGKILL once the Lease records the change in progress (the old primary fenced, nobody promoted yet): the
+    next operator reads the Lease and promotes the named server once the old one has stopped."""
+    operator = real_sampledb_operator()
+    ns = real_namespace
+    old = _ready_database(real, ns, "cut", replicas=3)["status"]["currentPrimary"]
+    servers = sorted(roles(real, ns, "cut"))
+    wanted = next(p for p in reversed(servers) if p != old)
+    checker = PrimaryChecker(real, ns, "cut", servers, POSTGRES_IMAGE)
+    writer = Writer(real, ns, "cut", POSTGRES_IMAGE)
+
+    real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "cut", {"metadata": {"annotations": {
+        "sampledb.example.com/switchover-to": wanted}}})
+    wait_for("the change of primary recorded in the Lease", lambda: (
+        real.coordination.read_namespaced_lease("cut-primary", ns).metadata.annotations or {}).get(
+        "sampledb.example.com/fencing") == old, timeout=300, interval=0.5)
+    operator.kill_group()
+    time.sleep(5)
+    real_sampledb_operator()
+    wait_for(f"{wanted} to be the primary", lambda: (
+        st := get(real, ns, "cut")["status"]).get("currentPrimary") == wanted and st.get("phase") == "Ready",
+        timeout=300, interval=1)
+    writer.wait_for_more(20, timeout=300)
+    writes = writer.stop()
+    assert _assert_safe(real, ns, "cut", writes, checker.stop(), servers) == wanted
+
+
 def _delete_pod(real: Kube, ns: str, pod: str) -> None:
     real.core.delete_namespaced_pod(pod, ns)
 
@@ -164,8 +199,9 @@ def test_a_failed_primary_loses_no_acknowledged_row_and_never_makes_two_primarie
 def test_a_major_upgrade_under_writes_keeps_every_acknowledged_row(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """15 → 18 by dump and load: the old server is fenced (read-only, its sessions ended) before the dump, and
-    the new one takes no writes until the dump is loaded, so a write is either refused or in the new version."""
-    real_sampledb_operator()
+    the new one takes no writes until the dump is loaded, so a write is either refused or in the new version.
+    The operator is killed (SIGKILL) while the dump runs, and a new one carries on."""
+    operator = real_sampledb_operator()
     ns = real_namespace
     old, new = images.POSTGRES_VERSIONS[0], images.POSTGRES_VERSIONS[-1]
     assert old.split(".")[0] != new.split(".")[0]
@@ -178,6 +214,10 @@ def test_a_major_upgrade_under_writes_keeps_every_acknowledged_row(
     asked = time.time()
     real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "mj",
                                                {"spec": {"version": new, "upgrade": {"allowMajor": True}}})
+    wait_for("the migration dump Job", lambda: [j for j in real.batch.list_namespaced_job(ns).items
+                                                if "-migrate-" in j.metadata.name], timeout=300, interval=1)
+    operator.kill_group()
+    real_sampledb_operator()
     wait_for(f"the database on {new} and Ready", lambda: (
         st := get(real, ns, "mj").get("status") or {}).get("version") == new and st.get("phase") == "Ready",
         timeout=900, interval=2)
