@@ -174,7 +174,15 @@ def _kill_postmaster(real: Kube, ns: str, pod: str) -> None:
                  'kill -KILL "$(head -1 "$PGDATA/postmaster.pid")"')
 
 
-@pytest.mark.parametrize("fault", [_delete_pod, _kill_postmaster], ids=["pod-deleted", "postmaster-killed"])
+def _freeze_postmaster(real: Kube, ns: str, pod: str) -> None:
+    """A hung primary: it takes no new connection (unready) and does not stop when told to, so the operator
+    fences it by deleting its pod once the fence times out, then promotes the replica with the most WAL."""
+    real.kubectl("-n", ns, "exec", pod, "-c", "postgres", "--", "bash", "-c",
+                 'kill -STOP "$(head -1 "$PGDATA/postmaster.pid")"')
+
+
+@pytest.mark.parametrize("fault", [_delete_pod, _kill_postmaster, _freeze_postmaster],
+                         ids=["pod-deleted", "postmaster-killed", "postmaster-frozen"])
 def test_a_failed_primary_loses_no_acknowledged_row_and_never_makes_two_primaries(
         real: Kube, real_namespace: str, real_sampledb_operator, fault) -> None:
     """The primary's pod deleted, or its postmaster killed (SIGKILL; the container restarts): whether it comes
@@ -192,6 +200,8 @@ def test_a_failed_primary_loses_no_acknowledged_row_and_never_makes_two_primarie
     wait_phase(real, ns, "ha", timeout=300)
     writes = writer.stop()
     primary = _assert_safe(real, ns, "ha", writes, checker.stop(), servers)
+    if fault is _freeze_postmaster:
+        assert primary != old, "a hung primary was not replaced"
     print(f"{fault.__name__.strip('_')} {old} → primary {primary}; longest write gap {writes.longest_gap():.1f} s; "
           f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
 
