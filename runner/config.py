@@ -139,6 +139,8 @@ class Watch:
     snake_case_parameters: bool = True
     mark_unsafe: bool = False
     watch_annotations_changes: bool = False
+    # ours, not the Go operator's: a dependent's status change (a pod turning unready) brings the owner back too
+    watch_dependent_status_changes: bool = False
     # not settable in watches.yaml: flags, then per-kind environment overrides
     max_concurrent_reconciles: int = 1
     ansible_verbosity: int = 2
@@ -165,7 +167,7 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "reconcilePeriod": (str, int), "manageStatus": bool, "watchDependentResources": bool,
     "watchClusterScopedResources": bool, "maxRunnerArtifacts": int, "finalizer": dict,
     "blacklist": list, "selector": dict, "snakeCaseParameters": bool, "markUnsafe": bool,
-    "watchAnnotationsChanges": bool,
+    "watchAnnotationsChanges": bool, "watchDependentStatusChanges": bool,
 }
 _FINALIZER_TYPES: dict[str, type] = {"name": str, "role": str, "playbook": str, "vars": dict}
 _TYPE_NAMES = {str: "a string", bool: "true or false", int: "an integer", dict: "a mapping", list: "a list"}
@@ -371,6 +373,7 @@ def load_watches(
             snake_case_parameters=flag("snakeCaseParameters", True),
             mark_unsafe=flag("markUnsafe", False),
             watch_annotations_changes=flag("watchAnnotationsChanges", False),
+            watch_dependent_status_changes=flag("watchDependentStatusChanges", False),
             max_concurrent_reconciles=workers,
             ansible_verbosity=verbosity,
         ))

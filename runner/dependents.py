@@ -7,7 +7,9 @@ memory does not grow with the unowned objects of that kind in the cluster (a Con
 
 What requeues the owner (the Go ansible-operator's rules): a deletion, always; a change of an owned
 object's generation (spec), or of any part of an object without generation; never a creation, a
-status-only update, or a write the role itself made (the proxy remembers those). A watch that expires
+status-only update, or a write the role itself made (the proxy remembers those). An owner whose watch sets
+``watchDependentStatusChanges`` (ours) also comes back for any other change of its dependents, their status
+included: a database operator must hear at once that its primary's pod turned unready. A watch that expires
 (410 Gone) is resumed by a relist that compares what it finds with what it remembered, so nothing is
 missed (deleted or changed meanwhile) and nothing is repeated.
 """
@@ -172,8 +174,9 @@ class DependentWatcher:
                 now = _Seen(meta.get("generation"), meta.get("resourceVersion", ""), owners)
                 seen_now[meta["uid"]] = now
                 before = kind.owned.get(meta["uid"])
-                if before is not None and self._changed(before, now) and now.resource_version not in self.own_writes:
-                    self._trigger(kind, meta, owners, "changed while not watched")
+                if before is not None and now.resource_version not in self.own_writes \
+                        and (requeued := self._requeued(before, now)):
+                    self._trigger(kind, meta, requeued, "changed while not watched")
             rv = page.get("metadata", {}).get("resourceVersion", "")
             token = page.get("metadata", {}).get("continue")
             if not token:
@@ -183,6 +186,16 @@ class DependentWatcher:
                 self._trigger(kind, {"uid": uid}, before.owners, "deleted while not watched")
         kind.owned = seen_now
         return rv
+
+    def _requeued(self, before: _Seen, now: _Seen) -> list[tuple[GVK, Key]]:
+        """The owners a change brings back: all of them for a change that matters, else those whose watch
+        wants status changes too (any change of the object)."""
+        if self._changed(before, now):
+            return now.owners
+        if now.resource_version == before.resource_version:
+            return []
+        return [(gvk, key) for gvk, key in now.owners
+                if (w := self.owners.get((gvk.group, gvk.kind))) is not None and w.watch_dependent_status_changes]
 
     @staticmethod
     def _changed(before: _Seen, now: _Seen) -> bool:
@@ -230,8 +243,11 @@ class DependentWatcher:
         kind.owned[uid] = now
         if etype == "ADDED" or before is None:
             return  # creations do not requeue (the owner's run made it, or will see it)
-        if now.resource_version in self.own_writes or not self._changed(before, now):
-            return  # the role's own write, during its run; or nothing that matters changed
+        if now.resource_version in self.own_writes:
+            return  # the role's own write, during its run
+        owners = self._requeued(before, now)
+        if not owners:
+            return  # nothing that matters changed
         key = (kind.gvk.group, kind.plural, meta.get("namespace") or "", meta.get("name", ""))
         if self.own_writes.pending(key):
             # The role is writing this object right now: decide once that write's response is in.

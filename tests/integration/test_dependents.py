@@ -9,7 +9,7 @@ import uuid
 from kubernetes import client
 
 from tests.kube import Kube, wait_for
-from tests.operator import Widgets, widget_watch
+from tests.operator import FAST_PODS, Widgets, widget_watch
 
 
 def gone(fn) -> bool:
@@ -109,3 +109,43 @@ def test_inject_owner_ref_false(kube: Kube, namespace: str, widgets: Widgets, st
     widgets.create("plain", {})
     widgets.wait_successful("plain")
     assert not kube.core.read_namespaced_config_map("plain-cm", namespace).metadata.owner_references
+
+
+def _flip_ready(kube: Kube, namespace: str, pod: str) -> None:
+    current = kube.core.read_namespaced_pod(pod, namespace).status.conditions or []
+    ready = next((c.status for c in current if c.type == "Ready"), "True")
+    kube.core.patch_namespaced_pod_status(pod, namespace, {"status": {"conditions": [
+        {"type": "Ready", "status": "False" if ready == "True" else "True", "reason": "Test"}]}})
+
+
+def test_status_changes_of_dependents_bring_the_owner_back_when_the_watch_asks(
+        kube: Kube, namespace: str, widgets: Widgets, start_operator) -> None:
+    """watchDependentStatusChanges (ours): a Pod the role made turning unready (a status change) runs the owner
+    again; without it, as the Go ansible-operator, only spec changes and deletions do."""
+    op = start_operator([widget_watch(watchDependentStatusChanges=True, reconcilePeriod="1h",
+                                      vars={"pod_annotations": FAST_PODS})])
+    widgets.create("st", {"pod": True})
+    widgets.wait_successful("st")
+    op.wait_for_log("watching v1, Kind=Pod as a dependent kind")
+    runs = len(op.runs("st"))
+
+    def flipped_and_run() -> bool:
+        # (the pod watch may still be listing: a change it lists rather than sees is not one)
+        _flip_ready(kube, namespace, "st-pod")
+        return len(op.runs("st")) > runs
+    wait_for("a run for the pod's status change", flipped_and_run, timeout=60, interval=3)
+
+
+def test_without_it_status_changes_of_dependents_do_not(kube: Kube, namespace: str, widgets: Widgets,
+                                                        start_operator) -> None:
+    op = start_operator([widget_watch(reconcilePeriod="1h", vars={"pod_annotations": FAST_PODS})])
+    widgets.create("quiet", {"pod": True})
+    widgets.wait_successful("quiet")
+    op.wait_for_log("watching v1, Kind=Pod as a dependent kind")
+    # a change that matters to the Go operator's rules brings it back: the dependent watches are live
+    kube.core.patch_namespaced_config_map("quiet-cm", namespace, {"data": {"message": "tampered"}})
+    wait_for("the run for the ConfigMap's change", lambda: len(op.runs("quiet")) == 2, timeout=60)
+    for _ in range(3):
+        _flip_ready(kube, namespace, "quiet-pod")
+        time.sleep(2)
+    assert len(op.runs("quiet")) == 2, op.runs("quiet")  # the pod's status changes brought nothing

@@ -43,6 +43,7 @@ def test_every_field_is_read(project: Path) -> None:
   snakeCaseParameters: false
   markUnsafe: true
   watchAnnotationsChanges: true
+  watchDependentStatusChanges: true
 """, max_concurrent_reconciles=3, ansible_verbosity=1)
     assert w.gvk == GVK("cache.example.com", "v1alpha1", "Memcached")
     assert w.role == project / "roles" / "memcached"
@@ -56,6 +57,7 @@ def test_every_field_is_read(project: Path) -> None:
     assert w.selector.matches({"tier": "cache", "env": "prod"})
     assert not w.selector.matches({"tier": "cache", "env": "dev"})
     assert (w.snake_case_parameters, w.mark_unsafe, w.watch_annotations_changes) == (False, True, True)
+    assert w.watch_dependent_status_changes
     assert (w.max_concurrent_reconciles, w.ansible_verbosity) == (3, 1)
 
 
@@ -64,7 +66,8 @@ def test_defaults_match_the_ansible_operator(project: Path) -> None:
     assert w.playbook == project / "playbooks" / "site.yml" and w.role is None
     assert w.reconcile_period is None  # the --reconcile-period flag decides
     assert w.manage_status and w.watch_dependent_resources and w.snake_case_parameters
-    assert not (w.watch_cluster_scoped_resources or w.mark_unsafe or w.watch_annotations_changes)
+    assert not (w.watch_cluster_scoped_resources or w.mark_unsafe or w.watch_annotations_changes
+                or w.watch_dependent_status_changes)
     assert w.max_runner_artifacts == 20 and w.finalizer is None and w.selector.empty
 
 
