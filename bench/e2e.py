@@ -64,6 +64,14 @@ class Database:
         wait_endpoints(self.kube, self.ns, f"{self.name}-primary", [st["currentPrimary"]])
         return st
 
+    def delete(self) -> None:
+        """Gone, with its volumes (deletionPolicy Delete): the node's CPU requests hold about one 3-server
+        database of the sample's size at a time."""
+        self.kube.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, self.name)
+        wait_for(f"{self.name} to go", lambda: not [
+            d for d in self.kube.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL)["items"]
+            if d["metadata"]["name"] == self.name], timeout=600)
+
     @property
     def primary(self) -> str:
         return self.status()["currentPrimary"]
@@ -186,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                 for fault in (delete_pod, kill_postmaster, switchover):
                     results[fault.__name__].append(change_of_primary(db, writer, fault))
             writer.stop()
+            db.delete()
             for name, label, goal in (("delete_pod", "failover: primary pod deleted → writes accepted again", "≤ 10 s"),
                                       ("kill_postmaster", "failover: postgres killed → writes accepted", "≤ 10 s"),
                                       ("switchover", "switchover write downtime", "≤ 3 s")):
@@ -205,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             lost = [change_of_primary(adb, writer, fault)["lost"] for _ in range(args.runs)
                     for fault in (delete_pod, kill_postmaster)]
             writer.stop()
+            adb.delete()
             add("rows lost per failover, async mode", "n/a", "reported", lost, unit="rows", fmt="{:.0f}")
         if "minor" not in skip:
             old, new = images.POSTGRES_VERSIONS[0], images.POSTGRES_VERSIONS[1]
@@ -218,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             writer.wait_for_more(10)
             writes = writer.stop()
             lost = len(set(writes.acked) - mdb.rows())
+            mdb.delete()
             add(f"minor upgrade {old} → {new} write downtime ({took:.0f} s in all, {lost} rows lost)", "(switchover)",
                 "≤ 3 s", [downtime(list(writes.acked.values()), t0, time.time())])
         if "data" not in skip:
