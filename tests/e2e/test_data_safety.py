@@ -11,7 +11,7 @@ import pytest
 from localcluster import images
 from tests.kube import Kube, wait_for
 from tests.realnode import POSTGRES_IMAGE, psql_in_server, wait_endpoints
-from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, get, roles, sample, wait_phase
+from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, events, get, roles, sample, wait_phase
 from tests.writes import TABLE, PrimaryChecker, Writer, Writes, primaries_overlap
 
 pytestmark = pytest.mark.xdist_group("e2e")
@@ -202,6 +202,9 @@ def test_a_failed_primary_loses_no_acknowledged_row_and_never_makes_two_primarie
     primary = _assert_safe(real, ns, "ha", writes, checker.stop(), servers)
     if fault is _freeze_postmaster:
         assert primary != old, "a hung primary was not replaced"
+        # the replicas' WAL positions were read (k8s_exec through the runtime's proxy) and chose it
+        failed_over = events(real, ns, "FailedOver")
+        assert failed_over and "WAL positions: " in failed_over[-1].message, [e.message for e in failed_over]
     print(f"{fault.__name__.strip('_')} {old} → primary {primary}; longest write gap {writes.longest_gap():.1f} s; "
           f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
 

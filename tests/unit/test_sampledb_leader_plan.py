@@ -164,7 +164,9 @@ def test_a_failover_promotes_the_most_advanced_replica_once_the_old_primary_has_
     promoted, whichever was named when the fence began; among equals, the lowest ordinal."""
     pods = [pod("db-1"), pod("db-2"), pod("db-3")]  # db-0, the old primary, is gone
     behind_first = {"db-1": "0/3000148", "db-2": "0/3A00000", "db-3": "0/3A00000"}
-    assert plan(pods, fencing("db-0", "db-1"), positions=behind_first)["target"] == "db-2"
+    chosen = plan(pods, fencing("db-0", "db-1"), positions=behind_first)
+    assert chosen["target"] == "db-2"
+    assert chosen["message"].endswith("promoted db-2 (WAL positions: db-1 0/3000148, db-2 0/3A00000, db-3 0/3A00000)")
     assert plan(pods, fencing("db-0", "db-1"), positions={"db-1": "1/0", "db-3": "0/FFFFFFFF"})["target"] == "db-1"
     # a replica whose position could not be read is promoted only if nothing else is known
     assert plan(pods, fencing("db-0", "db-1"), positions={"db-1": "", "db-3": "0/10"})["target"] == "db-3"
@@ -183,5 +185,8 @@ def test_only_exec_results_that_ran_and_succeeded_count_as_positions() -> None:
     results = [{"item": "db-1", "stdout": "0/3000148\n", "rc": 0},
                {"item": "db-2", "failed": True, "msg": "exec is not possible here"},
                {"item": "db-3", "stdout": "", "stderr": "psql: error", "rc": 2},
-               {"item": "db-4", "skipped": True}]
+               {"item": "db-4", "skipped": True},
+               {"item": "db-5", "failed": False, "msg": "no preferred addresses found"}]  # failed_when: false
     assert leader.sampledb_exec_output(results) == {"db-1": "0/3000148"}
+    assert leader.sampledb_exec_errors(results) == [
+        "db-2: exec is not possible here", "db-3: psql: error", "db-5: no preferred addresses found"]

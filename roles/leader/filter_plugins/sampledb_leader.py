@@ -115,6 +115,9 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
             "refused": refused}
 
     lsn = {name: sampledb_lsn(text) for name, text in (positions or {}).items()}
+    # what the choice was made on, for the Event
+    known = ("WAL positions: " + ", ".join(f"{n} {positions[n]}" for n in sorted(lsn, key=_ordinal)
+                                           if lsn[n] is not None)) if any(v is not None for v in lsn.values()) else ""
 
     def candidate(excluded: str, wanted: str = "", reason: str = "failover") -> str:
         others = [n for n in ready if n != excluded]
@@ -128,7 +131,7 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
     def fence(old: str, new: str, reason: str, since: str, uid: str, stopped: bool = False) -> dict:
         if (stopped or sampledb_fenced(pods, old, uid, since)) and new:
             return {**plan, "target": new, "current": old, "holder": new, "changed": True, "reason": reason,
-                    "message": f"{old} has stopped; promoted {new}"}
+                    "message": f"{old} has stopped; promoted {new}" + (f" ({known})" if known else "")}
         waited = (_time(now) - _time(since)).total_seconds() if _time(since) else 0
         evict = old if old in by_name and waited >= fence_timeout_seconds else ""
         message = (f"waiting for {old} to stop accepting writes before promoting {new or 'a Ready replica'}"
@@ -171,13 +174,25 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
     return begin(new, "failover")
 
 
+def _exec_ok(result: dict) -> bool:
+    # (with failed_when: false a module error is not "failed": it has no stdout, only msg)
+    return (not result.get("skipped") and not result.get("failed") and "stdout" in result
+            and result.get("rc", result.get("return_code", 0)) == 0)
+
+
 def sampledb_exec_output(results) -> dict[str, str]:
     """{item: stdout} of a k8s_exec loop's results that ran and succeeded (others are left out)."""
-    return {r["item"]: (r.get("stdout") or "").strip() for r in results or []
-            if not r.get("skipped") and not r.get("failed") and (r.get("rc", r.get("return_code", 0)) == 0)}
+    return {r["item"]: (r.get("stdout") or "").strip() for r in results or [] if _exec_ok(r)}
+
+
+def sampledb_exec_errors(results) -> list[str]:
+    """'item: why' for each k8s_exec of the loop that ran and did not succeed."""
+    return [f"{r['item']}: {(r.get('msg') or r.get('stderr') or 'exit status ' + str(r.get('rc'))).strip()}"
+            for r in results or [] if not r.get("skipped") and not _exec_ok(r)]
 
 
 class FilterModule:
     def filters(self):
         return {"sampledb_leader_plan": sampledb_leader_plan, "sampledb_fenced": sampledb_fenced,
-                "sampledb_lsn": sampledb_lsn, "sampledb_exec_output": sampledb_exec_output}
+                "sampledb_lsn": sampledb_lsn, "sampledb_exec_output": sampledb_exec_output,
+                "sampledb_exec_errors": sampledb_exec_errors}
