@@ -19,6 +19,7 @@ from kubernetes import client
 
 from localcluster import images
 from tests.kube import Kube, wait_for
+from tests.sampledb import GROUP, PLURAL, RARE_SCHEDULE, VERSION, sample, wait_phase
 
 HELPER_IMAGE = "localhost/playbook-operator/helper:bookworm"
 # psql and bash for client pods: the first PostgreSQL image the node has
@@ -148,3 +149,32 @@ def process_name(pid: int) -> str:
         return os.path.basename(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode())
     except OSError:
         return ""
+
+
+def ready_database(kube: Kube, namespace: str, name: str, **spec: Any) -> dict:
+    """deploy/samples' SampleDB with ``spec`` over it, Ready and its -primary Service routing to the primary.
+    Its backup schedule never fires during a run unless ``spec`` gives one."""
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                sample(name, **{"backup": {"schedule": RARE_SCHEDULE}, **spec}))
+    db = wait_phase(kube, namespace, name, timeout=420)
+    wait_endpoints(kube, namespace, f"{name}-primary", [db["status"]["currentPrimary"]])
+    return db
+
+
+# Faults of a server: the pod deleted; its postmaster killed (the container restarts); or frozen (SIGSTOP: a hung
+# server, unready and deaf to its new label).
+def delete_pod(kube: Kube, namespace: str, pod: str) -> None:
+    kube.core.delete_namespaced_pod(pod, namespace)
+
+
+def _signal_postmaster(kube: Kube, namespace: str, pod: str, signal: str) -> None:
+    kube.kubectl("-n", namespace, "exec", pod, "-c", "postgres", "--", "bash", "-c",
+                 f'kill -{signal} "$(head -1 "$PGDATA/postmaster.pid")"')
+
+
+def kill_postmaster(kube: Kube, namespace: str, pod: str) -> None:
+    _signal_postmaster(kube, namespace, pod, "KILL")
+
+
+def freeze_postmaster(kube: Kube, namespace: str, pod: str) -> None:
+    _signal_postmaster(kube, namespace, pod, "STOP")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from tests.kube import Kube, wait_for
-from tests.realnode import simple_pod, wait_pod_ready
+from tests.realnode import psql_in_server, simple_pod, wait_pod_ready
 
 TABLE = "acked_writes"
 STOP_FILE = "/tmp/stop"
@@ -96,10 +96,20 @@ class Writes:
     def acked_before(self, epoch: float) -> set[int]:
         return {seq for seq, at in self.acked.items() if at < epoch}
 
-    def longest_gap(self) -> float:
-        """The longest time between two consecutive acknowledgements (write downtime)."""
+    def longest_gap(self, start: float | None = None, end: float | None = None) -> float:
+        """The longest time between two consecutive acknowledgements (write downtime); with ``start`` and
+        ``end``, from the last one before ``start`` to the last one before ``end``."""
         times = sorted(self.acked.values())
+        if start is not None:
+            last = end if end is not None else float("inf")
+            times = [t for t in times if t <= start][-1:] + [t for t in times if start < t <= last]
         return max((b - a for a, b in pairwise(times)), default=0.0)
+
+
+def table_rows(kube: Kube, namespace: str, pod: str) -> set[int]:
+    """The sequence numbers in the writer's table on that server."""
+    out = psql_in_server(kube, namespace, pod, f"select seq from {TABLE} order by seq", database="app")
+    return {int(x) for x in out.split()}
 
 
 class Writer(_ScriptPod):

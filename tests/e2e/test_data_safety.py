@@ -10,23 +10,27 @@ import pytest
 
 from localcluster import images
 from tests.kube import Kube, wait_for
-from tests.realnode import POSTGRES_IMAGE, psql_in_server, wait_endpoints
-from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, events, get, roles, sample, wait_phase
-from tests.writes import TABLE, PrimaryChecker, Writer, Writes, primaries_overlap
+from tests.realnode import (
+    POSTGRES_IMAGE,
+    delete_pod,
+    freeze_postmaster,
+    kill_postmaster,
+    psql_in_server,
+    ready_database,
+)
+from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, events, get, roles, wait_phase
+from tests.writes import PrimaryChecker, Writer, Writes, primaries_overlap, table_rows
 
 pytestmark = pytest.mark.xdist_group("e2e")
 
 
-def _rows(real: Kube, namespace: str, pod: str) -> set[int]:
-    out = psql_in_server(real, namespace, pod, f"select seq from {TABLE} order by seq", database="app")
-    return {int(x) for x in out.split()}
-
-
-def _ready_database(real: Kube, namespace: str, name: str, **spec: object) -> dict:
-    real.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample(name, **spec))
-    db = wait_phase(real, namespace, name, timeout=420)
-    wait_endpoints(real, namespace, f"{name}-primary", [db["status"]["currentPrimary"]])
-    return db
+def _under_writes(real: Kube, namespace: str, name: str, **spec: object) -> tuple[str, list[str], PrimaryChecker,
+                                                                                   Writer]:
+    """A Ready database with the checker and the writer running: its primary, its servers, both pods."""
+    primary = ready_database(real, namespace, name, **spec)["status"]["currentPrimary"]
+    servers = sorted(roles(real, namespace, name))
+    return (primary, servers, PrimaryChecker(real, namespace, name, servers, POSTGRES_IMAGE),
+            Writer(real, namespace, name, POSTGRES_IMAGE))
 
 
 def _assert_safe(real: Kube, namespace: str, name: str, writes: Writes, observations: list, servers: list[str]) -> str:
@@ -34,7 +38,7 @@ def _assert_safe(real: Kube, namespace: str, name: str, writes: Writes, observat
     server comes back as a replica. Returns the primary."""
     primary = get(real, namespace, name)["status"]["currentPrimary"]
     assert psql_in_server(real, namespace, primary, "select pg_is_in_recovery()") == "f"
-    missing = sorted(set(writes.acked) - _rows(real, namespace, primary))
+    missing = sorted(set(writes.acked) - table_rows(real, namespace, primary))
     assert not missing, f"{len(missing)} acknowledged rows lost: {missing[:20]}"
     assert primaries_overlap(observations) == [], "two servers accepted writes at once"
     for pod in servers:
@@ -48,7 +52,7 @@ def test_a_backup_taken_while_writing_restores_every_row_acknowledged_before_it(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     real_sampledb_operator()
     ns = real_namespace
-    _ready_database(real, ns, "src", replicas=1)
+    ready_database(real, ns, "src", replicas=1)
     writer = Writer(real, ns, "src", POSTGRES_IMAGE)
 
     requested = time.time()
@@ -61,28 +65,25 @@ def test_a_backup_taken_while_writing_restores_every_row_acknowledged_before_it(
     before = writes.acked_before(requested)
     assert len(before) >= 5, "the writer had not written before the backup"
 
-    restored = _ready_database(real, ns, "copy", replicas=1, restoreFrom={"backup": "during"})
-    copy = _rows(real, ns, restored["status"]["currentPrimary"])
+    restored = ready_database(real, ns, "copy", replicas=1, restoreFrom={"backup": "during"})
+    copy = table_rows(real, ns, restored["status"]["currentPrimary"])
     missing = sorted(before - copy)
     assert not missing, f"{len(missing)} rows acknowledged before the backup are not in its restore: {missing[:20]}"
     # The copy is one consistent point in the source's history: exactly the source's rows up to its newest.
-    source = _rows(real, ns, get(real, ns, "src")["status"]["currentPrimary"])
+    source = table_rows(real, ns, get(real, ns, "src")["status"]["currentPrimary"])
     assert copy == {seq for seq in source if seq <= max(copy)}
     assert set(writes.acked) <= source, "the source lost acknowledged rows while being backed up"
 
 
 def test_a_minor_upgrade_under_writes_loses_no_acknowledged_row_and_never_makes_two_primaries(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
-    """15.18 → 15.20: replicas first, the primary (<name>-0) last, restarted in place (the upgrade role's order).
-    The operator is killed (SIGKILL) once the rollout has begun, and a new one carries on."""
+    """15.18 → 15.20: the replicas first, then a switchover to an upgraded one, then the old primary (the upgrade
+    role's order). The operator is killed (SIGKILL) once the rollout has begun, and a new one carries on."""
     operator = real_sampledb_operator()
     ns = real_namespace
     old, new = images.POSTGRES_VERSIONS[0], images.POSTGRES_VERSIONS[1]
     assert old.split(".")[0] == new.split(".")[0]
-    _ready_database(real, ns, "minor", replicas=3, version=old)
-    servers = sorted(roles(real, ns, "minor"))
-    checker = PrimaryChecker(real, ns, "minor", servers, POSTGRES_IMAGE)
-    writer = Writer(real, ns, "minor", POSTGRES_IMAGE)
+    _, servers, checker, writer = _under_writes(real, ns, "minor", replicas=3, version=old)
 
     real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "minor", {"spec": {"version": new}})
     wait_for("the first server updated", lambda: any(
@@ -109,11 +110,8 @@ def test_a_switchover_on_request_loses_no_acknowledged_row_and_never_makes_two_p
     replica of the new primary."""
     real_sampledb_operator()
     ns = real_namespace
-    old = _ready_database(real, ns, "sw", replicas=3)["status"]["currentPrimary"]
-    servers = sorted(roles(real, ns, "sw"))
+    old, servers, checker, writer = _under_writes(real, ns, "sw", replicas=3)
     wanted = next(p for p in reversed(servers) if p != old)
-    checker = PrimaryChecker(real, ns, "sw", servers, POSTGRES_IMAGE)
-    writer = Writer(real, ns, "sw", POSTGRES_IMAGE)
 
     asked = time.time()
     real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "sw", {"metadata": {"annotations": {
@@ -143,11 +141,8 @@ def test_an_operator_killed_in_the_middle_of_a_switchover_is_finished_by_the_nex
     next operator reads the Lease and promotes the named server once the old one has stopped."""
     operator = real_sampledb_operator()
     ns = real_namespace
-    old = _ready_database(real, ns, "cut", replicas=3)["status"]["currentPrimary"]
-    servers = sorted(roles(real, ns, "cut"))
+    old, servers, checker, writer = _under_writes(real, ns, "cut", replicas=3)
     wanted = next(p for p in reversed(servers) if p != old)
-    checker = PrimaryChecker(real, ns, "cut", servers, POSTGRES_IMAGE)
-    writer = Writer(real, ns, "cut", POSTGRES_IMAGE)
 
     real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "cut", {"metadata": {"annotations": {
         "sampledb.example.com/switchover-to": wanted}}})
@@ -165,23 +160,7 @@ def test_an_operator_killed_in_the_middle_of_a_switchover_is_finished_by_the_nex
     assert _assert_safe(real, ns, "cut", writes, checker.stop(), servers) == wanted
 
 
-def _delete_pod(real: Kube, ns: str, pod: str) -> None:
-    real.core.delete_namespaced_pod(pod, ns)
-
-
-def _kill_postmaster(real: Kube, ns: str, pod: str) -> None:
-    real.kubectl("-n", ns, "exec", pod, "-c", "postgres", "--", "bash", "-c",
-                 'kill -KILL "$(head -1 "$PGDATA/postmaster.pid")"')
-
-
-def _freeze_postmaster(real: Kube, ns: str, pod: str) -> None:
-    """A hung primary: it takes no new connection (unready) and does not stop when told to, so the operator
-    fences it by deleting its pod once the fence times out, then promotes the replica with the most WAL."""
-    real.kubectl("-n", ns, "exec", pod, "-c", "postgres", "--", "bash", "-c",
-                 'kill -STOP "$(head -1 "$PGDATA/postmaster.pid")"')
-
-
-@pytest.mark.parametrize("fault", [_delete_pod, _kill_postmaster, _freeze_postmaster],
+@pytest.mark.parametrize("fault", [delete_pod, kill_postmaster, freeze_postmaster],
                          ids=["pod-deleted", "postmaster-killed", "postmaster-frozen"])
 def test_a_failed_primary_loses_no_acknowledged_row_and_never_makes_two_primaries(
         real: Kube, real_namespace: str, real_sampledb_operator, fault) -> None:
@@ -190,22 +169,20 @@ def test_a_failed_primary_loses_no_acknowledged_row_and_never_makes_two_primarie
     again through the -primary Service and nothing acknowledged is lost."""
     real_sampledb_operator()
     ns = real_namespace
-    old = _ready_database(real, ns, "ha", replicas=3)["status"]["currentPrimary"]
-    servers = sorted(roles(real, ns, "ha"))
-    checker = PrimaryChecker(real, ns, "ha", servers, POSTGRES_IMAGE)
-    writer = Writer(real, ns, "ha", POSTGRES_IMAGE)
+    old, servers, checker, writer = _under_writes(real, ns, "ha", replicas=3)
 
     fault(real, ns, old)
     writer.wait_for_more(30, timeout=300)
     wait_phase(real, ns, "ha", timeout=300)
     writes = writer.stop()
     primary = _assert_safe(real, ns, "ha", writes, checker.stop(), servers)
-    if fault is _freeze_postmaster:
+    if fault is freeze_postmaster:
+        # unready and deaf to its new label: fenced by deleting its pod once the fence timed out
         assert primary != old, "a hung primary was not replaced"
         # the replicas' WAL positions were read (k8s_exec through the runtime's proxy) and chose it
         failed_over = events(real, ns, "FailedOver")
         assert failed_over and "WAL positions: " in failed_over[-1].message, [e.message for e in failed_over]
-    print(f"{fault.__name__.strip('_')} {old} → primary {primary}; longest write gap {writes.longest_gap():.1f} s; "
+    print(f"{fault.__name__} {old} → primary {primary}; longest write gap {writes.longest_gap():.1f} s; "
           f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
 
 
@@ -218,10 +195,7 @@ def test_a_major_upgrade_under_writes_keeps_every_acknowledged_row(
     ns = real_namespace
     old, new = images.POSTGRES_VERSIONS[0], images.POSTGRES_VERSIONS[-1]
     assert old.split(".")[0] != new.split(".")[0]
-    _ready_database(real, ns, "mj", replicas=2, version=old)
-    servers = sorted(roles(real, ns, "mj"))
-    checker = PrimaryChecker(real, ns, "mj", servers, POSTGRES_IMAGE)
-    writer = Writer(real, ns, "mj", POSTGRES_IMAGE)
+    _, servers, checker, writer = _under_writes(real, ns, "mj", replicas=2, version=old)
     writer.wait_for_more(10)
 
     asked = time.time()

@@ -9,24 +9,23 @@ import time
 import pytest
 
 from tests.kube import Kube, wait_for
-from tests.realnode import POSTGRES_IMAGE, psql_in_server, wait_endpoints
-from tests.sampledb import BACKUPS, GROUP, PLURAL, RARE_SCHEDULE, VERSION, backup_status, get, gone, sample, wait_phase
-from tests.writes import TABLE, Writer
+from tests.realnode import POSTGRES_IMAGE, ready_database
+from tests.sampledb import BACKUPS, GROUP, PLURAL, VERSION, backup_status, get, gone
+from tests.writes import Writer, table_rows
 
 pytestmark = pytest.mark.xdist_group("e2e")
 
 
 def _database(real: Kube, ns: str, name: str, **spec: object) -> str:
-    doc = sample(name, backup={"schedule": RARE_SCHEDULE}, **spec)
-    real.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, doc)
-    primary = wait_phase(real, ns, name, timeout=420)["status"]["currentPrimary"]
-    wait_endpoints(real, ns, f"{name}-primary", [primary])
-    return primary
+    return ready_database(real, ns, name, **spec)["status"]["currentPrimary"]
 
 
-def _rows(real: Kube, ns: str, pod: str) -> set[int]:
-    out = psql_in_server(real, ns, pod, f"select seq from {TABLE} order by seq", database="app")
-    return {int(x) for x in out.split()}
+def _written(real: Kube, ns: str, name: str, rows: int, **spec: object) -> Writer:
+    """A Ready database and a writer that has written ``rows`` more rows (it goes on until stopped)."""
+    _database(real, ns, name, **spec)
+    writer = Writer(real, ns, name, POSTGRES_IMAGE)
+    writer.wait_for_more(rows)
+    return writer
 
 
 def _delete(real: Kube, ns: str, name: str) -> float:
@@ -55,16 +54,14 @@ def test_snapshot_the_final_backup_restores_every_row_acknowledged_before_the_de
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     real_sampledb_operator()
     ns = real_namespace
-    _database(real, ns, "snap", replicas=2, deletionPolicy="Snapshot")
-    writer = Writer(real, ns, "snap", POSTGRES_IMAGE)
-    writer.wait_for_more(20)
+    writer = _written(real, ns, "snap", 20, replicas=2, deletionPolicy="Snapshot")
     asked = _delete(real, ns, "snap")  # the writer goes on until the servers stop
     writes = writer.stop()
     before = writes.acked_before(asked)
     assert backup_status(real, ns, "snap-final")["phase"] == "Completed"
 
     primary = _database(real, ns, "snapcopy", replicas=1, deletionPolicy="Delete", restoreFrom={"backup": "snap-final"})
-    missing = sorted(before - _rows(real, ns, primary))
+    missing = sorted(before - table_rows(real, ns, primary))
     assert not missing, f"{len(missing)} rows acknowledged before the deletion are not in its final backup: {missing[:20]}"
     print(f"Snapshot: {len(before)} rows acknowledged before the deletion, all in the final backup's restore")
 
@@ -73,17 +70,14 @@ def test_retain_a_sampledb_created_again_with_the_same_name_serves_the_same_rows
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     real_sampledb_operator()
     ns = real_namespace
-    _database(real, ns, "keep", replicas=2, deletionPolicy="Retain")
-    writer = Writer(real, ns, "keep", POSTGRES_IMAGE)
-    writer.wait_for_more(20)
-    writes = writer.stop()
+    writes = _written(real, ns, "keep", 20, replicas=2, deletionPolicy="Retain").stop()
     _delete(real, ns, "keep")
     wait_for("the servers to stop", lambda: not _left(real, ns, "keep")["pods"], timeout=180)
     left = _left(real, ns, "keep")
     assert {"data-keep-0", "data-keep-1", "keep-backups"} <= set(left["pvcs"]) and "keep-credentials" in left["secrets"]
 
     primary = _database(real, ns, "keep", replicas=2, deletionPolicy="Delete")
-    missing = sorted(set(writes.acked) - _rows(real, ns, primary))
+    missing = sorted(set(writes.acked) - table_rows(real, ns, primary))
     assert not missing, f"{len(missing)} acknowledged rows are not in the database created again: {missing[:20]}"
     assert get(real, ns, "keep")["status"]["readyReplicas"] == 2
 
@@ -91,10 +85,7 @@ def test_retain_a_sampledb_created_again_with_the_same_name_serves_the_same_rows
 def test_delete_leaves_no_volume_secret_or_backup(real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     real_sampledb_operator()
     ns = real_namespace
-    _database(real, ns, "gone", replicas=2, deletionPolicy="Delete")
-    writer = Writer(real, ns, "gone", POSTGRES_IMAGE)
-    writer.wait_for_more(5)
-    writer.stop()
+    _written(real, ns, "gone", 5, replicas=2, deletionPolicy="Delete").stop()
     _delete(real, ns, "gone")
     empty = {"pvcs": [], "pvs": [], "secrets": [], "backups": [], "pods": []}
     wait_for("nothing of the database to be left", lambda: _left(real, ns, "gone") == empty or None, timeout=300)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.writes import primaries_overlap, primary_spells
+from tests.writes import Writes, primaries_overlap, primary_spells
 
 
 def test_a_clean_failover_has_no_overlap() -> None:
@@ -23,3 +23,10 @@ def test_a_server_that_comes_back_read_write_later_is_a_new_spell() -> None:
            (5.0, "db-0", "f")]
     assert primary_spells(obs) == [("db-0", 1.0, 1.0), ("db-1", 3.0, 3.0), ("db-0", 5.0, 5.0)]
     assert primaries_overlap(obs) == []
+
+
+def test_the_write_downtime_of_a_window_starts_at_the_last_ack_before_it() -> None:
+    writes = Writes(acked={1: 0.0, 2: 1.0, 3: 9.0, 4: 10.0, 5: 30.0}, failed={}, reasons={})
+    assert writes.longest_gap() == 20.0
+    assert writes.longest_gap(start=2.0, end=12.0) == 8.0  # from ack 2 (1.0) to ack 3 (9.0); ack 5 is after
+    assert writes.longest_gap(start=20.0) == 20.0

@@ -95,6 +95,7 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
       evict        the old primary's pod to delete (it did not stop within the fence timeout)
       message      what is happening, for status and Events
       refused      why ``requested`` cannot be done ('' when it can, or when nothing was requested)
+      positions    the WAL positions a promotion in this run was chosen on ('' when none were known)
     """
     pods = sorted(pods or [], key=lambda p: _ordinal(p["metadata"]["name"]))
     names = [p["metadata"]["name"] for p in pods]
@@ -112,18 +113,17 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
         switchover_to, switchover_reason = requested, "switchover"
     plan = {"target": holder, "current": holder, "fencing": "", "annotations": no_change, "holder": holder,
             "changed": False, "began": False, "promote": "", "reason": "", "evict": "", "message": "",
-            "refused": refused}
+            "refused": refused, "positions": ""}
 
-    lsn = {name: sampledb_lsn(text) for name, text in (positions or {}).items()}
+    lsn = {name: n for name, text in (positions or {}).items() if (n := sampledb_lsn(text)) is not None}
     # what the choice was made on, for the Event
-    known = ("WAL positions: " + ", ".join(f"{n} {positions[n]}" for n in sorted(lsn, key=_ordinal)
-                                           if lsn[n] is not None)) if any(v is not None for v in lsn.values()) else ""
+    known = ("WAL positions: " + ", ".join(f"{n} {positions[n]}" for n in sorted(lsn, key=_ordinal))) if lsn else ""
 
     def candidate(excluded: str, wanted: str = "", reason: str = "failover") -> str:
         others = [n for n in ready if n != excluded]
-        if reason == "failover" and any(lsn.get(n) is not None for n in others):
+        if reason == "failover" and any(n in lsn for n in others):
             # max() keeps the first of equals: the lowest ordinal; a server whose position is unknown comes last
-            return max(others, key=lambda n: -1 if lsn.get(n) is None else lsn[n])
+            return max(others, key=lambda n: lsn.get(n, -1))
         if wanted and wanted in others:
             return wanted
         return next(iter(others), "")
@@ -131,7 +131,8 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
     def fence(old: str, new: str, reason: str, since: str, uid: str, stopped: bool = False) -> dict:
         if (stopped or sampledb_fenced(pods, old, uid, since)) and new:
             return {**plan, "target": new, "current": old, "holder": new, "changed": True, "reason": reason,
-                    "message": f"{old} has stopped; promoted {new}" + (f" ({known})" if known else "")}
+                    "positions": known, "message": f"{old} has stopped; promoted {new}"
+                    + (f" ({known})" if known else "")}
         waited = (_time(now) - _time(since)).total_seconds() if _time(since) else 0
         evict = old if old in by_name and waited >= fence_timeout_seconds else ""
         message = (f"waiting for {old} to stop accepting writes before promoting {new or 'a Ready replica'}"

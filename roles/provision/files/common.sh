@@ -13,3 +13,11 @@ wait_for_server() {
     sleep 2
   done
 }
+
+# A server is made read-only around a major upgrade (migrate.sh fences the old one, entrypoint.sh starts the new
+# one so). The operator's own sessions write whatever the server's default is, and lift it when done.
+READ_WRITE_OPTIONS="-c default_transaction_read_only=off"
+take_writes_again() {
+  PGOPTIONS="$READ_WRITE_OPTIONS" psql -X -w -q -v ON_ERROR_STOP=1 -d postgres \
+    -c "ALTER SYSTEM RESET default_transaction_read_only" -c "SELECT pg_reload_conf()" >/dev/null
+}

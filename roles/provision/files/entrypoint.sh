@@ -97,15 +97,14 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     run initdb -D "$new" --username="$POSTGRES_USER" --pwfile=<(printf '%s\n' "$POSTGRES_PASSWORD") --auth=scram-sha-256
     # The replication role, with the server reachable only on its socket (not Ready meanwhile: the probes use TCP).
     run pg_ctl -D "$new" -w -o "-c config_file=$CONF/postgresql.conf -c hba_file=$CONF/pg_hba.conf -c listen_addresses='' -c synchronous_standby_names=''" start
-    PGPASSWORD="$POSTGRES_PASSWORD" run psql -X -w -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres \
-      -v user="$REPLICATION_USER" -v pass="$REPLICATION_PASSWORD" \
+    bootstrap_sql() { PGPASSWORD="$POSTGRES_PASSWORD" run psql -X -w -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres "$@"; }
+    bootstrap_sql -v user="$REPLICATION_USER" -v pass="$REPLICATION_PASSWORD" \
       <<<"SELECT format('CREATE ROLE %I WITH REPLICATION LOGIN PASSWORD %L', :'user', :'pass') \gexec"
     if [ -n "$upgraded_from" ]; then
       # A major upgrade: this empty server must take no writes before the operator's load Job has filled it
       # (the load would drop them); restore.sh lifts this when the load is complete.
       log "read-only until the data of PostgreSQL $upgraded_from is loaded"
-      PGPASSWORD="$POSTGRES_PASSWORD" run psql -X -w -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres \
-        -c "ALTER SYSTEM SET default_transaction_read_only = on"
+      bootstrap_sql -c "ALTER SYSTEM SET default_transaction_read_only = on"
     fi
     run pg_ctl -D "$new" -w -m fast stop
   else

@@ -13,14 +13,13 @@ cmd=${1:?usage: migrate.sh dump FILE}; file=${2:?usage: migrate.sh dump FILE}
 [ "$cmd" = dump ] || { echo "usage: migrate.sh dump FILE" >&2; exit 2; }
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 umask 027
-# (its own sessions are read-write whatever the server's default is now)
-admin() { PGOPTIONS="-c default_transaction_read_only=off" psql -X -w -q -A -t -v ON_ERROR_STOP=1 -d postgres "$@"; }
+admin() { PGOPTIONS="$READ_WRITE_OPTIONS" psql -X -w -q -A -t -v ON_ERROR_STOP=1 -d postgres "$@"; }
 done=0
 on_exit() {
   rm -f "$file.partial"
   if [ "$done" = 0 ]; then
     echo "the dump did not complete: the old server takes writes again" >&2
-    admin -c "ALTER SYSTEM RESET default_transaction_read_only" -c "SELECT pg_reload_conf()" >/dev/null || true
+    take_writes_again || true
   fi
 }
 trap on_exit EXIT

@@ -9,8 +9,8 @@ set -euo pipefail
 gzip -t "$BACKUP_FILE"
 wait_for_server
 rc=0
-# (read-write whatever the server's default: a major upgrade's new server is read-only until loaded)
-export PGOPTIONS="${PGOPTIONS:-} -c default_transaction_read_only=off"
+# (a major upgrade's new server is read-only until loaded)
+export PGOPTIONS="${PGOPTIONS:-} $READ_WRITE_OPTIONS"
 errors=$(gunzip -c "$BACKUP_FILE" | psql -X -w -q -v ON_ERROR_STOP=0 -d postgres 2>&1 >/dev/null) || rc=$?
 [ -z "$errors" ] || printf '%s\n' "$errors" >&2
 [ "$rc" = 0 ] || { echo "loading $BACKUP_FILE failed (psql exit status $rc)" >&2; exit 1; }
@@ -21,6 +21,5 @@ if [ -n "$unexpected" ]; then
   printf '%s\n' "$unexpected" >&2
   exit 1
 fi
-psql -X -w -q -v ON_ERROR_STOP=1 -d postgres \
-  -c "ALTER SYSTEM RESET default_transaction_read_only" -c "SELECT pg_reload_conf()" >/dev/null
+take_writes_again
 echo "restored $BACKUP_FILE"
