@@ -178,3 +178,7 @@ def kill_postmaster(kube: Kube, namespace: str, pod: str) -> None:
 
 def freeze_postmaster(kube: Kube, namespace: str, pod: str) -> None:
     _signal_postmaster(kube, namespace, pod, "STOP")
+
+
+def thaw_postmaster(kube: Kube, namespace: str, pod: str) -> None:
+    _signal_postmaster(kube, namespace, pod, "CONT")

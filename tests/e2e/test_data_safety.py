@@ -17,6 +17,8 @@ from tests.realnode import (
     kill_postmaster,
     psql_in_server,
     ready_database,
+    thaw_postmaster,
+    wait_sql,
 )
 from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, events, get, roles, wait_phase
 from tests.writes import PrimaryChecker, Writer, Writes, primaries_overlap, table_rows
@@ -184,6 +186,61 @@ def test_a_failed_primary_loses_no_acknowledged_row_and_never_makes_two_primarie
         assert failed_over and "WAL positions: " in failed_over[-1].message, [e.message for e in failed_over]
     print(f"{fault.__name__} {old} → primary {primary}; longest write gap {writes.longest_gap():.1f} s; "
           f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
+
+
+def _lsn(text: str) -> int:
+    high, low = text.strip().split("/")
+    return int(high, 16) << 32 | int(low, 16)
+
+
+def _signal_in_server(real: Kube, namespace: str, pod: str, signal: str, pid: str) -> None:
+    real.kubectl("-n", namespace, "exec", pod, "-c", "postgres", "--", "bash", "-c", f"kill -{signal} {int(pid)}")
+
+
+def test_async_a_failover_never_promotes_a_replica_further_behind_than_the_bound(
+        real: Kube, real_namespace: str, real_sampledb_operator) -> None:
+    """async mode: a replica whose stream stopped (its WAL receiver frozen) misses what the primary then writes;
+    when the primary hangs, that replica is more than spec.replication.maximumLagOnFailover behind the primary's
+    recorded position, so it is not promoted (FailoverBlocked) and the primary, once it answers again, still
+    has every acknowledged row."""
+    real_sampledb_operator()
+    ns, bound = real_namespace, 65536
+    old, servers, checker, writer = _under_writes(
+        real, ns, "lag", replicas=2, replication={"mode": "async", "maximumLagOnFailover": bound})
+    replica = next(s for s in servers if s != old)
+    receiver = psql_in_server(real, ns, replica, "select pid from pg_stat_wal_receiver")
+    assert receiver, f"{replica} is not streaming"
+    _signal_in_server(real, ns, replica, "STOP", receiver)
+    try:
+        # the replica misses this (async: the primary does not wait for it)
+        psql_in_server(real, ns, old, "create table filler as select g, repeat('x', 200) from generate_series(1, 3000) g")
+        behind = _lsn(psql_in_server(real, ns, old, "select pg_current_wal_lsn()"))
+        assert behind - _lsn(psql_in_server(real, ns, replica, "select pg_last_wal_receive_lsn()")) > bound
+        # any run records the primary's position (here one asked for by an annotation, as a resync would)
+        real.kubectl("-n", ns, "annotate", "sdb", "lag", "--overwrite", f"test.sampledb.example.com/poke={behind}")
+        wait_for("the primary's WAL position in the Lease", lambda: _lsn(
+            (real.coordination.read_namespaced_lease("lag-primary", ns).metadata.annotations or {}).get(
+                "sampledb.example.com/primary-lsn", "0/0")) >= behind, timeout=120, interval=1)
+
+        freeze_postmaster(real, ns, old)
+        blocked = wait_for("a FailoverBlocked Event", lambda: events(real, ns, "FailoverBlocked"), timeout=240,
+                           interval=1)
+        assert f"the most advanced, {replica}, is " in blocked[-1].message, blocked[-1].message
+        assert "maximumLagOnFailover: 65536 bytes" in blocked[-1].message
+        lease = real.coordination.read_namespaced_lease("lag-primary", ns)
+        assert lease.spec.holder_identity == old and roles(real, ns, "lag")[replica] == "replica"
+        assert not events(real, ns, "FailedOver") and not events(real, ns, "FailingOver")
+    finally:
+        thaw_postmaster(real, ns, old)
+        _signal_in_server(real, ns, replica, "CONT", receiver)
+
+    wait_phase(real, ns, "lag", timeout=300)
+    writer.wait_for_more(30, timeout=300)
+    writes = writer.stop()
+    assert _assert_safe(real, ns, "lag", writes, checker.stop(), servers) == old
+    # the replica streams again and catches up
+    wait_sql(real, ns, replica, "select count(*) from filler", "3000", timeout=180)
+    print(f"async, bound {bound} B: {blocked[-1].message}; {len(writes.acked)} rows acknowledged, none lost")
 
 
 def test_a_major_upgrade_under_writes_keeps_every_acknowledged_row(

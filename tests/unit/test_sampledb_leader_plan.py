@@ -190,3 +190,43 @@ def test_only_exec_results_that_ran_and_succeeded_count_as_positions() -> None:
     assert leader.sampledb_exec_output(results) == {"db-1": "0/3000148"}
     assert leader.sampledb_exec_errors(results) == [
         "db-2: exec is not possible here", "db-3: psql: error", "db-5: no preferred addresses found"]
+
+
+def test_async_a_failover_waits_for_a_replica_within_the_lag_bound() -> None:
+    """async mode: no replica further behind the primary's recorded position than maximumLagOnFailover is
+    promoted; the primary is kept (it comes back with its data) and the plan says why."""
+    pods = [pod("db-0", ready=False), pod("db-1"), pod("db-2")]
+    since = "2026-11-24T10:00:00Z"
+    recorded = lease("db-0", **{leader.PRIMARY_LSN: "0/5000000"})
+    # not read yet: the failover may begin, so that the role reads the positions
+    assert plan(pods, recorded, unready_since=since, max_lag=1048576)["began"]
+    far = {"db-1": "0/3000000", "db-2": "0/4EFFFFF"}  # the most advanced is 1 MiB and 1 byte behind
+    held = plan(pods, recorded, unready_since=since, max_lag=1048576, positions=far)
+    assert (held["began"], held["target"], held["fencing"], held["holder"]) == (False, "db-0", "", "db-0")
+    assert held["blocked"] == held["message"]
+    assert "db-2, is 1048577 bytes behind its last recorded position 0/5000000" in held["blocked"]
+    assert "maximumLagOnFailover: 1048576 bytes" in held["blocked"]
+    # within the bound (or a larger bound): the most advanced is chosen
+    ok = plan(pods, recorded, unready_since=since, max_lag=1048576, positions={**far, "db-1": "0/4F00000"})
+    assert (ok["began"], ok["promote"], ok["blocked"]) == (True, "db-1", "")
+    assert plan(pods, recorded, unready_since=since, max_lag=2 << 20, positions=far)["promote"] == "db-2"
+    # no position could be read: none is known to be within the bound
+    assert "no replica's WAL position could be read" in plan(pods, recorded, unready_since=since, max_lag=0,
+                                                             positions={})["blocked"]
+    # sync mode (no bound) or nothing recorded yet: the failover goes on
+    assert plan(pods, recorded, unready_since=since, max_lag="", positions=far)["began"]
+    assert plan(pods, lease("db-0"), unready_since=since, max_lag=0, positions=far)["began"]
+
+
+def test_async_the_primary_position_is_recorded_once_it_moved_a_quarter_of_the_bound() -> None:
+    def record(recorded: str | None, stdout: str, max_lag=1048576, **result) -> dict:
+        the_lease = lease("db-0", **({leader.PRIMARY_LSN: recorded} if recorded else {}))
+        return leader.sampledb_lsn_to_record(the_lease, {"stdout": stdout + "\n", "rc": 0, **result}, max_lag)
+
+    assert record(None, "0/3000148") == {leader.PRIMARY_LSN: "0/3000148"}
+    assert record("0/3000000", "0/303FFFF") == {}  # a busy database's resync writes nothing
+    assert record("0/3000000", "0/3040000") == {leader.PRIMARY_LSN: "0/3040000"}
+    assert record("1/0", "0/3000000") == {leader.PRIMARY_LSN: "0/3000000"}  # a new history (major upgrade)
+    assert record("0/3000000", "0/3000001", max_lag=0) == {leader.PRIMARY_LSN: "0/3000001"}
+    assert record(None, "0/3000148", max_lag="") == {}  # sync mode
+    assert record(None, "", rc=2) == {} and record(None, "0/1", skipped=True) == {}

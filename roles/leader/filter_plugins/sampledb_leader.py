@@ -24,6 +24,8 @@ FENCING_UID = "sampledb.example.com/fencing-uid"
 FENCING_SINCE = "sampledb.example.com/fencing-since"
 PROMOTE = "sampledb.example.com/promote"
 REASON = "sampledb.example.com/change-reason"
+# async mode: the primary's WAL position as last seen, what a failover measures a replica's lag against
+PRIMARY_LSN = "sampledb.example.com/primary-lsn"
 CHANGE_KEYS = (FENCING, FENCING_UID, FENCING_SINCE, PROMOTE, REASON)
 SERVER_CONTAINER = "postgres"
 ROLE_LABEL = "sampledb.example.com/role"
@@ -71,7 +73,7 @@ def sampledb_lsn(text) -> int | None:
 
 def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, switchover_to="",
                          switchover_reason="upgrade", requested="", database="", hold=False,
-                         fence_timeout_seconds=30, positions=None):
+                         fence_timeout_seconds=30, positions=None, max_lag=None):
     """What the leader role does in this run. ``pods`` are the database's server pods, ``lease`` its primary
     Lease ({} when there is none), ``ready`` the names of the pods that can serve (the sampledb_ready test),
     ``now`` and ``unready_since`` UTC times as '%Y-%m-%dT%H:%M:%SZ'.
@@ -80,7 +82,10 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
     is Ready; ``hold`` keeps an unready primary that is being restarted on purpose. ``positions`` are the
     replicas' WAL positions (name → '16/B374D848', as far as each has received or replayed): a failover
     promotes the most advanced Ready one (which has every commit a synchronous primary acknowledged), the
-    lowest ordinal among equals or when they are not known.
+    lowest ordinal among equals or when they are not known. ``positions`` None means not read yet.
+    ``max_lag`` (bytes, None for no bound: sync mode) bounds a failover in async mode: it begins only if the
+    most advanced Ready replica is at most that far behind the primary's position recorded in the Lease
+    (PRIMARY_LSN); else the primary is kept, to come back with its data (Patroni's maximum_lag_on_failover).
 
     Returns a dict:
       target       the pod to label primary after this run ('' while a fence is in progress)
@@ -96,6 +101,7 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
       message      what is happening, for status and Events
       refused      why ``requested`` cannot be done ('' when it can, or when nothing was requested)
       positions    the WAL positions a promotion in this run was chosen on ('' when none were known)
+      blocked      why a failover that is due does not begin: every Ready replica is too far behind ('' if not)
     """
     pods = sorted(pods or [], key=lambda p: _ordinal(p["metadata"]["name"]))
     names = [p["metadata"]["name"] for p in pods]
@@ -113,7 +119,7 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
         switchover_to, switchover_reason = requested, "switchover"
     plan = {"target": holder, "current": holder, "fencing": "", "annotations": no_change, "holder": holder,
             "changed": False, "began": False, "promote": "", "reason": "", "evict": "", "message": "",
-            "refused": refused, "positions": ""}
+            "refused": refused, "positions": "", "blocked": ""}
 
     lsn = {name: n for name, text in (positions or {}).items() if (n := sampledb_lsn(text)) is not None}
     # what the choice was made on, for the Event
@@ -172,7 +178,35 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
     new = candidate(holder)
     if not new:
         return {**plan, "message": f"primary {holder} is not Ready and no replica is Ready to take over"}
+    reference = sampledb_lsn(annotations.get(PRIMARY_LSN))
+    if max_lag not in (None, "") and reference is not None and positions is not None:
+        behind = reference - lsn[new] if new in lsn else None
+        if behind is None or behind > int(max_lag):
+            blocked = (f"primary {holder} is not Ready, and no replica is promoted: "
+                       + (f"the most advanced, {new}, is {behind} bytes behind" if behind is not None
+                          else "no replica's WAL position could be read, so none is known to be within")
+                       + f" its last recorded position {annotations[PRIMARY_LSN]}"
+                       + f" (spec.replication.maximumLagOnFailover: {int(max_lag)} bytes"
+                       + (f"; {known}" if known else "") + f"); {holder} stays the primary")
+            return {**plan, "message": blocked, "blocked": blocked}
     return begin(new, "failover")
+
+
+def sampledb_lsn_to_record(lease, result, max_lag) -> dict[str, str]:
+    """The Lease annotation to write with the primary's position (``result``: the k8s_exec of
+    pg_current_wal_lsn() on it), or {} to leave it: it is written once the position has moved a quarter of
+    ``max_lag`` past the recorded one, or gone back (a new database history: a major upgrade's load), so a
+    busy database's resyncs do not write the Lease every time."""
+    if not isinstance(result, dict) or not _exec_ok(result) or max_lag in (None, ""):
+        return {}
+    current = (result.get("stdout") or "").strip()
+    recorded = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(PRIMARY_LSN)
+    old, new = sampledb_lsn(recorded), sampledb_lsn(current)
+    if new is None:
+        return {}
+    if old is None or new < old or new - old >= max(int(max_lag) // 4, 1):
+        return {PRIMARY_LSN: current}
+    return {}
 
 
 def _exec_ok(result: dict) -> bool:
@@ -195,5 +229,6 @@ def sampledb_exec_errors(results) -> list[str]:
 class FilterModule:
     def filters(self):
         return {"sampledb_leader_plan": sampledb_leader_plan, "sampledb_fenced": sampledb_fenced,
-                "sampledb_lsn": sampledb_lsn, "sampledb_exec_output": sampledb_exec_output,
+                "sampledb_lsn": sampledb_lsn, "sampledb_lsn_to_record": sampledb_lsn_to_record,
+                "sampledb_exec_output": sampledb_exec_output,
                 "sampledb_exec_errors": sampledb_exec_errors}
