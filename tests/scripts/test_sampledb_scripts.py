@@ -419,6 +419,37 @@ def test_failover_promotes_the_relabelled_replica_and_clones_the_old_primary_fro
     wait_for("the row on a", lambda: a.sql("SELECT count(*) FROM t") == "3", timeout=30)
 
 
+def test_a_replica_that_can_no_longer_catch_up_clones_the_primary_again(node) -> None:
+    """There is no WAL archive and no replication slot: a replica that was down while the primary recycled the
+    WAL it needs cannot stream again. It notices (not streaming, and the primary no longer has the segment it
+    must go on from), stops, keeps its data aside, and the restarted container clones the primary afresh."""
+    db = node(PG15).database("lag", replicas=2, replication={"mode": "async"},
+                             parameters={"wal_keep_size": "0", "min_wal_size": "32MB", "max_wal_size": "32MB"})
+    primary, replica = db.pods
+    primary.start("primary")
+    primary.wait_ready()
+    primary.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (0)")
+    replica.start("replica")
+    replica.wait_ready()
+    wait_for("the replica to stream", lambda: streaming(primary, "lag-1"), timeout=30)
+    assert replica.stop() == 0
+
+    needed = primary.sql("SELECT pg_walfile_name(pg_current_wal_lsn())")
+    for _ in range(6):  # each a few segments, switched and checkpointed: the old ones are recycled
+        primary.sql("INSERT INTO t SELECT generate_series(1, 100000); SELECT pg_switch_wal(); CHECKPOINT")
+    oldest = primary.sql("SELECT min(name) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'")
+    assert oldest > needed, (oldest, needed)
+
+    replica.start()  # restartPolicy Always
+    wait_for("the replica to stop by itself", replica.exited, timeout=120, interval=1)
+    assert "the primary no longer has the WAL this replica needs to catch up" in replica.log(), replica.log()
+    replica.start()
+    replica.wait_ready()
+    assert (replica.volume / "pgdata.stale" / "PG_VERSION").exists()
+    wait_for("the replica to stream again", lambda: streaming(primary, "lag-1"), timeout=60)
+    assert replica.sql("SELECT count(*) FROM t") == primary.sql("SELECT count(*) FROM t") == "600001"
+
+
 def test_the_server_says_so_when_its_volume_is_not_writable(node) -> None:
     db = node(PG15).database("ro")
     pod = db.pods[0]

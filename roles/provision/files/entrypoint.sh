@@ -7,6 +7,9 @@
 #   - a replica relabelled "primary" promotes itself (pg_ctl promote);
 #   - a primary relabelled "replica" (another server was promoted) stops; when the container starts again its
 #     data, which may have diverged, is kept aside in $PGDATA.former-primary and it is cloned from the new primary;
+#   - a replica that can no longer catch up (its stream is down and the primary has already recycled the WAL it
+#     needs: there is no WAL archive and no replication slot) stops; its data is kept aside in $PGDATA.stale and
+#     the restarted container clones the primary afresh;
 #   - data of an older major version (a major upgrade) is kept aside in $PGDATA.v<major>, and the server starts
 #     afresh: a primary empty (the operator's load Job fills it), a replica as a clone;
 #   - SIGTERM or SIGINT (the pod is deleted) stops the server in fast mode: open sessions do not hold it up.
@@ -86,6 +89,10 @@ fi
 if [ -s "$PGDATA/PG_VERSION" ] && [ "$(role)" = replica ] && [ ! -f "$PGDATA/standby.signal" ]; then
   keep_aside former-primary "this server was a primary and is now a replica (its data may have diverged)"
 fi
+if [ -f "$PGDATA.reclone" ]; then
+  [ ! -e "$PGDATA" ] || keep_aside stale "this replica fell behind what the primary keeps"
+  rm -f "$PGDATA.reclone"
+fi
 
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
   # Built beside PGDATA and renamed when complete: an interrupted initdb or clone is never taken for data.
@@ -127,6 +134,23 @@ log "starting as $(role)"
 postgres -D "$PGDATA" "${SERVER_OPTS[@]}" &
 server=$!
 
+# Whether this replica can still catch up: it is not streaming, and the primary no longer has the WAL segment of
+# the position it must go on from (the primary compares the segment numbers; the timelines may differ). Any
+# error (the primary is down, a server is starting) counts as "it can".
+fell_behind() {
+  local needed
+  needed=$(PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=3 PGOPTIONS="-c statement_timeout=3000" psql -X -w -A -t -q -d postgres -c "select case when exists (select from pg_stat_wal_receiver
+      where status = 'streaming') then '' else greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::text end" \
+    2>/dev/null) || return 1
+  [ -n "$needed" ] || return 1
+  [ "$(PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=3 PGOPTIONS="-c statement_timeout=3000" psql -X -w -A -t -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" \
+    -U "$POSTGRES_USER" -d postgres -v needed="$needed" 2>/dev/null <<'SQL'
+select substr(pg_walfile_name(:'needed'::pg_lsn + 1), 9) < min(substr(name, 9)) from pg_ls_waldir() where name ~ '^[0-9A-F]{24}$'
+SQL
+  )" = t ]
+}
+behind_checks=0 loops=0
+
 # Follow the label while the server runs.
 while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
   if [ "$(role)" = primary ] && [ -f "$PGDATA/standby.signal" ]; then
@@ -136,6 +160,14 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
   elif [ "$(role)" = replica ] && [ ! -f "$PGDATA/standby.signal" ]; then
     log "relabelled replica while running as a primary: stopping (a restart clones the new primary)"
     on_stop
+  elif [ "$(role)" = replica ] && ((++loops % ${BEHIND_CHECK_LOOPS:-5} == 0)); then
+    # (every BEHIND_CHECK_LOOPS loops; stopped only when it is so on BEHIND_CHECKS checks in a row)
+    if fell_behind; then behind_checks=$((behind_checks + 1)); else behind_checks=0; fi
+    if ((behind_checks >= ${BEHIND_CHECKS:-3})); then
+      log "the primary no longer has the WAL this replica needs to catch up: stopping (a restart clones it again)"
+      touch "$PGDATA.reclone"
+      on_stop
+    fi
   fi
   sleep 2 &
   wait $! || true
