@@ -96,6 +96,18 @@ def test_what_counts_as_fenced(old: dict, fenced: bool) -> None:
     assert (p["target"] == "db-1") is fenced and p["changed"] is fenced
 
 
+def test_a_switchover_waits_in_its_run_for_the_fence_the_plan_began() -> None:
+    """The leader role waits within a switchover's run until the old primary has stopped (sampledb_plan_fenced
+    with the pod's uid and the fence's start as the plan recorded them), then plans again and promotes."""
+    begun = plan([pod("db-0"), pod("db-1")], lease("db-0"), switchover_to="db-1", switchover_reason="switchover")
+    assert begun["fencing"] == "db-0" and begun["annotations"][leader.FENCING_SINCE] == NOW
+    assert not leader.sampledb_plan_fenced([pod("db-0"), pod("db-1")], begun)
+    restarted = pod("db-0", ready=False, started="2026-11-24T10:00:31Z")
+    assert leader.sampledb_plan_fenced([restarted, pod("db-1")], begun)
+    assert leader.sampledb_plan_fenced([pod("db-1")], begun)
+    assert not leader.sampledb_plan_fenced([pod("db-1")], plan([pod("db-0"), pod("db-1")], lease("db-0")))
+
+
 def test_a_primary_already_gone_is_replaced_in_the_same_run() -> None:
     p = plan([pod("db-1"), pod("db-2")], lease("db-0"), unready_since="2026-11-24T10:00:00Z")
     assert (p["target"], p["changed"], p["began"], p["current"]) == ("db-1", True, True, "db-0")

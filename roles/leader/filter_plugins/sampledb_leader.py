@@ -65,6 +65,14 @@ def sampledb_fenced(pods: list[dict], name: str, uid: str, since: str) -> bool:
     return started is not None and fence_began is not None and started > fence_began
 
 
+def sampledb_plan_fenced(pods: list[dict], plan: dict) -> bool:
+    """True when the primary the plan is fencing can accept no more writes (sampledb_fenced, with the pod's uid
+    and the time the fence began as the plan recorded them)."""
+    annotations = plan.get("annotations") or {}
+    return bool(plan.get("fencing")) and sampledb_fenced(pods, plan["fencing"], annotations.get(FENCING_UID, ""),
+                                                         annotations.get(FENCING_SINCE, ""))
+
+
 def sampledb_lsn(text) -> int | None:
     """A WAL position as PostgreSQL prints it ('16/B374D848') as a number, None when there is none."""
     match = re.fullmatch(r"\s*([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})\s*", str(text or ""))
@@ -229,6 +237,7 @@ def sampledb_exec_errors(results) -> list[str]:
 class FilterModule:
     def filters(self):
         return {"sampledb_leader_plan": sampledb_leader_plan, "sampledb_fenced": sampledb_fenced,
+                "sampledb_plan_fenced": sampledb_plan_fenced,
                 "sampledb_lsn": sampledb_lsn, "sampledb_lsn_to_record": sampledb_lsn_to_record,
                 "sampledb_exec_output": sampledb_exec_output,
                 "sampledb_exec_errors": sampledb_exec_errors}
