@@ -140,8 +140,9 @@ def test_a_switchover_on_request_loses_no_acknowledged_row_and_never_makes_two_p
 def test_an_operator_killed_in_the_middle_of_a_switchover_is_finished_by_the_next_one(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """SIGKILL once the Lease records the change in progress (the old primary fenced, nobody promoted yet): the
-    next operator reads the Lease and promotes the named server once the old one has stopped."""
-    operator = real_sampledb_operator()
+    next operator reads the Lease and promotes the named server once the old one has stopped. (The first one
+    does not wait for the old primary within its run, so the change is still in progress when it is killed.)"""
+    operator = real_sampledb_operator(switchover_wait_seconds=0)
     ns = real_namespace
     old, servers, checker, writer = _under_writes(real, ns, "cut", replicas=3)
     wanted = next(p for p in reversed(servers) if p != old)
@@ -168,12 +169,20 @@ def test_a_failed_primary_loses_no_acknowledged_row_and_never_makes_two_primarie
         real: Kube, real_namespace: str, real_sampledb_operator, fault) -> None:
     """The primary's pod deleted, or its postmaster killed (SIGKILL; the container restarts): whether it comes
     back as the primary within the grace period or a replica is promoted once it is fenced, writes are accepted
-    again through the -primary Service and nothing acknowledged is lost."""
-    real_sampledb_operator()
+    again through the -primary Service and nothing acknowledged is lost. The hung primary's failover also
+    outlives its operator: SIGKILLed once the Lease records the change, the next one finishes it."""
+    operator = real_sampledb_operator()
     ns = real_namespace
     old, servers, checker, writer = _under_writes(real, ns, "ha", replicas=3)
 
     fault(real, ns, old)
+    if fault is freeze_postmaster:
+        wait_for("the failover recorded in the Lease", lambda: (
+            real.coordination.read_namespaced_lease("ha-primary", ns).metadata.annotations or {}).get(
+            "sampledb.example.com/fencing") == old, timeout=300, interval=0.5)
+        operator.kill_group()
+        time.sleep(5)
+        real_sampledb_operator()
     writer.wait_for_more(30, timeout=300)
     wait_phase(real, ns, "ha", timeout=300)
     writes = writer.stop()

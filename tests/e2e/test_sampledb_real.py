@@ -65,6 +65,8 @@ def test_the_sample_runs_three_real_servers_one_primary_two_streaming_replicas(
 
 
 def test_backup_restore_and_prune_jobs_run_for_real(real: Kube, real_namespace: str, real_sampledb_operator) -> None:
+    """An on-demand backup restores into a new database with the same rows and its own credentials; retention
+    prunes the oldest backup's record and file; a scheduled backup restores the same way."""
     real_sampledb_operator()
     ns = real_namespace
     _create(real, ns, sample("src", replicas=1, backup={"schedule": RARE_SCHEDULE, "retention": 1}))
@@ -109,6 +111,24 @@ def test_backup_restore_and_prune_jobs_run_for_real(real: Kube, real_namespace: 
         if "prune" in j.metadata.name and (j.status.succeeded or 0) >= 1], timeout=180)
     assert prune
     assert get(real, ns, "src")["status"]["lastBackup"]["name"] == "second"
+
+    # A scheduled backup (the CronJob, here every minute) is recorded as a SampleDBBackup with reason Scheduled
+    # and restores the same way. (Retention 3 meanwhile: the one restored below is not pruned by the next.)
+    app.sql(src_host, src_creds, "app", "insert into t values (502)")
+    after = app.sql(src_host, src_creds, "app", checksum_sql)[1]
+    real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "src", {
+        "spec": {"backup": {"schedule": "* * * * *", "retention": 3}}})
+
+    def scheduled() -> str | None:
+        return next((b["metadata"]["name"] for b in real.custom.list_namespaced_custom_object(
+            GROUP, VERSION, ns, "sampledbbackups")["items"]
+            if b["spec"].get("reason") == "Scheduled" and (b.get("status") or {}).get("phase") == "Completed"), None)
+
+    name = wait_for("a scheduled backup to complete", scheduled, timeout=300, interval=2)
+    real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "src", {"spec": {"backup": {"suspend": True}}})
+    _create(real, ns, sample("sched", replicas=1, restoreFrom={"backup": name}))
+    sched = wait_phase(real, ns, "sched", timeout=420)
+    assert psql_in_server(real, ns, sched["status"]["currentPrimary"], checksum_sql, database="app") == after
 
 
 def test_a_major_upgrade_runs_its_migration_jobs_for_real(real: Kube, real_namespace: str,
