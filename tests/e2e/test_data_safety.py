@@ -137,6 +137,17 @@ def test_a_switchover_on_request_loses_no_acknowledged_row_and_never_makes_two_p
           f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
 
 
+def _kill_operator_mid_change(real: Kube, namespace: str, name: str, old: str, operator, start) -> None:
+    """SIGKILLs the operator once the Lease records a change of primary away from ``old`` (fenced, nobody
+    promoted yet), and starts another."""
+    wait_for("the change of primary recorded in the Lease", lambda: (
+        real.coordination.read_namespaced_lease(f"{name}-primary", namespace).metadata.annotations or {}).get(
+        "sampledb.example.com/fencing") == old, timeout=300, interval=0.5)
+    operator.kill_group()
+    time.sleep(5)
+    start()
+
+
 def test_an_operator_killed_in_the_middle_of_a_switchover_is_finished_by_the_next_one(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """SIGKILL once the Lease records the change in progress (the old primary fenced, nobody promoted yet): the
@@ -149,12 +160,7 @@ def test_an_operator_killed_in_the_middle_of_a_switchover_is_finished_by_the_nex
 
     real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "cut", {"metadata": {"annotations": {
         "sampledb.example.com/switchover-to": wanted}}})
-    wait_for("the change of primary recorded in the Lease", lambda: (
-        real.coordination.read_namespaced_lease("cut-primary", ns).metadata.annotations or {}).get(
-        "sampledb.example.com/fencing") == old, timeout=300, interval=0.5)
-    operator.kill_group()
-    time.sleep(5)
-    real_sampledb_operator()
+    _kill_operator_mid_change(real, ns, "cut", old, operator, real_sampledb_operator)
     wait_for(f"{wanted} to be the primary", lambda: (
         st := get(real, ns, "cut")["status"]).get("currentPrimary") == wanted and st.get("phase") == "Ready",
         timeout=300, interval=1)
@@ -177,12 +183,7 @@ def test_a_failed_primary_loses_no_acknowledged_row_and_never_makes_two_primarie
 
     fault(real, ns, old)
     if fault is freeze_postmaster:
-        wait_for("the failover recorded in the Lease", lambda: (
-            real.coordination.read_namespaced_lease("ha-primary", ns).metadata.annotations or {}).get(
-            "sampledb.example.com/fencing") == old, timeout=300, interval=0.5)
-        operator.kill_group()
-        time.sleep(5)
-        real_sampledb_operator()
+        _kill_operator_mid_change(real, ns, "ha", old, operator, real_sampledb_operator)
     writer.wait_for_more(30, timeout=300)
     wait_phase(real, ns, "ha", timeout=300)
     writes = writer.stop()
