@@ -56,7 +56,7 @@ def test_failover_when_the_primary_goes(kube: Kube, namespace: str, sampledb_ope
     # stage is told to wait): it is no longer Ready, but its server may still be writing, so nobody is promoted
     # until it is gone (grace 0 here); then a Ready replica takes over.
     kube.core.patch_namespaced_pod(old, namespace, {"metadata": {"annotations": {
-        "pod-delete.stage.kwok.x-k8s.io/delay": "20s"}}})
+        "pod-delete.stage.kwok.x-k8s.io/delay": "40s"}}})
     kube.core.delete_namespaced_pod(old, namespace)
     fencing = wait_for("the failover to wait for the old primary", lambda: (
         st := get(kube, namespace, "ha")["status"]).get("phase") == "FailingOver" and st.get("targetPrimary") and st)
