@@ -167,9 +167,13 @@ def delete_pod(kube: Kube, namespace: str, pod: str) -> None:
     kube.core.delete_namespaced_pod(pod, namespace)
 
 
+def signal_in_server(kube: Kube, namespace: str, pod: str, signal: str, pid: str) -> None:
+    """kill -SIGNAL PID in the server container (PID as the shell expands it there)."""
+    kube.kubectl("-n", namespace, "exec", pod, "-c", "postgres", "--", "bash", "-c", f"kill -{signal} {pid}")
+
+
 def _signal_postmaster(kube: Kube, namespace: str, pod: str, signal: str) -> None:
-    kube.kubectl("-n", namespace, "exec", pod, "-c", "postgres", "--", "bash", "-c",
-                 f'kill -{signal} "$(head -1 "$PGDATA/postmaster.pid")"')
+    signal_in_server(kube, namespace, pod, signal, '"$(head -1 "$PGDATA/postmaster.pid")"')
 
 
 def kill_postmaster(kube: Kube, namespace: str, pod: str) -> None:

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from kubectl_sampledb.sql import lsn
 from localcluster import images
 from tests.kube import Kube, wait_for
 from tests.realnode import (
@@ -17,6 +18,7 @@ from tests.realnode import (
     kill_postmaster,
     psql_in_server,
     ready_database,
+    signal_in_server,
     thaw_postmaster,
     wait_sql,
 )
@@ -198,15 +200,6 @@ def test_a_failed_primary_loses_no_acknowledged_row_and_never_makes_two_primarie
           f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
 
 
-def _lsn(text: str) -> int:
-    high, low = text.strip().split("/")
-    return int(high, 16) << 32 | int(low, 16)
-
-
-def _signal_in_server(real: Kube, namespace: str, pod: str, signal: str, pid: str) -> None:
-    real.kubectl("-n", namespace, "exec", pod, "-c", "postgres", "--", "bash", "-c", f"kill -{signal} {int(pid)}")
-
-
 def test_async_a_failover_never_promotes_a_replica_further_behind_than_the_bound(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """async mode: a replica whose stream stopped (its WAL receiver frozen) misses what the primary then writes;
@@ -220,15 +213,15 @@ def test_async_a_failover_never_promotes_a_replica_further_behind_than_the_bound
     replica = next(s for s in servers if s != old)
     receiver = psql_in_server(real, ns, replica, "select pid from pg_stat_wal_receiver")
     assert receiver, f"{replica} is not streaming"
-    _signal_in_server(real, ns, replica, "STOP", receiver)
+    signal_in_server(real, ns, replica, "STOP", str(int(receiver)))
     try:
         # the replica misses this (async: the primary does not wait for it)
         psql_in_server(real, ns, old, "create table filler as select g, repeat('x', 200) from generate_series(1, 3000) g")
-        behind = _lsn(psql_in_server(real, ns, old, "select pg_current_wal_lsn()"))
-        assert behind - _lsn(psql_in_server(real, ns, replica, "select pg_last_wal_receive_lsn()")) > bound
+        behind = lsn(psql_in_server(real, ns, old, "select pg_current_wal_lsn()"))
+        assert behind - lsn(psql_in_server(real, ns, replica, "select pg_last_wal_receive_lsn()")) > bound
         # any run records the primary's position (here one asked for by an annotation, as a resync would)
         real.kubectl("-n", ns, "annotate", "sdb", "lag", "--overwrite", f"test.sampledb.example.com/poke={behind}")
-        wait_for("the primary's WAL position in the Lease", lambda: _lsn(
+        wait_for("the primary's WAL position in the Lease", lambda: lsn(
             (real.coordination.read_namespaced_lease("lag-primary", ns).metadata.annotations or {}).get(
                 "sampledb.example.com/primary-lsn", "0/0")) >= behind, timeout=120, interval=1)
 
@@ -242,7 +235,7 @@ def test_async_a_failover_never_promotes_a_replica_further_behind_than_the_bound
         assert not events(real, ns, "FailedOver") and not events(real, ns, "FailingOver")
     finally:
         thaw_postmaster(real, ns, old)
-        _signal_in_server(real, ns, replica, "CONT", receiver)
+        signal_in_server(real, ns, replica, "CONT", str(int(receiver)))
 
     wait_phase(real, ns, "lag", timeout=300)
     writer.wait_for_more(30, timeout=300)

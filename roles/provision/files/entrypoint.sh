@@ -137,14 +137,17 @@ server=$!
 # Whether this replica can still catch up: it is not streaming, and the primary no longer has the WAL segment of
 # the position it must go on from (the primary compares the segment numbers; the timelines may differ). Any
 # error (the primary is down, a server is starting) counts as "it can".
+# (short timeouts: the loop that follows the label waits for these)
+check_sql() {
+  PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=3 PGOPTIONS="-c statement_timeout=3000" \
+    psql -X -w -A -t -q -U "$POSTGRES_USER" -d postgres "$@" 2>/dev/null
+}
 fell_behind() {
   local needed
-  needed=$(PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=3 PGOPTIONS="-c statement_timeout=3000" psql -X -w -A -t -q -d postgres -c "select case when exists (select from pg_stat_wal_receiver
-      where status = 'streaming') then '' else greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::text end" \
-    2>/dev/null) || return 1
+  needed=$(check_sql -c "select case when exists (select from pg_stat_wal_receiver where status = 'streaming')
+    then '' else greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::text end") || return 1
   [ -n "$needed" ] || return 1
-  [ "$(PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=3 PGOPTIONS="-c statement_timeout=3000" psql -X -w -A -t -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" \
-    -U "$POSTGRES_USER" -d postgres -v needed="$needed" 2>/dev/null <<'SQL'
+  [ "$(check_sql -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -v needed="$needed" <<'SQL'
 select substr(pg_walfile_name(:'needed'::pg_lsn + 1), 9) < min(substr(name, 9)) from pg_ls_waldir() where name ~ '^[0-9A-F]{24}$'
 SQL
   )" = t ]
@@ -153,14 +156,15 @@ behind_checks=0 loops=0
 
 # Follow the label while the server runs.
 while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
-  if [ "$(role)" = primary ] && [ -f "$PGDATA/standby.signal" ]; then
+  labelled=$(role)
+  if [ "$labelled" = primary ] && [ -f "$PGDATA/standby.signal" ]; then
     log "relabelled primary: promoting"
     pg_ctl -D "$PGDATA" -w promote &
     wait $! || [ "$stopping" = 1 ] || log "the promotion did not complete; trying again"
-  elif [ "$(role)" = replica ] && [ ! -f "$PGDATA/standby.signal" ]; then
+  elif [ "$labelled" = replica ] && [ ! -f "$PGDATA/standby.signal" ]; then
     log "relabelled replica while running as a primary: stopping (a restart clones the new primary)"
     on_stop
-  elif [ "$(role)" = replica ] && ((++loops % ${BEHIND_CHECK_LOOPS:-20} == 0)); then
+  elif [ "$labelled" = replica ] && ((++loops % ${BEHIND_CHECK_LOOPS:-20} == 0)); then
     # (every BEHIND_CHECK_LOOPS loops, 10 s; stopped only when it is so on BEHIND_CHECKS checks in a row)
     if fell_behind; then behind_checks=$((behind_checks + 1)); else behind_checks=0; fi
     if ((behind_checks >= ${BEHIND_CHECKS:-3})); then
@@ -169,7 +173,7 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
       on_stop
     fi
   fi
-  # (a change of label is part of a switchover's write downtime: look often, it costs a sed)
+  # (a change of label is part of a switchover's write downtime: look often, it costs one sed)
   sleep 0.5 &
   wait $! || true
 done
