@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from . import GROUP, SWITCHOVER_ANNOTATION, VERSION
-from .errors import CliError, NotFound
+from .errors import CliError, NotAServer, NotFound
 from .kube import Cluster
 
 # The backup's Job is named after it, and a Job's name must fit a label value.
@@ -68,18 +68,19 @@ def backup(cluster: Cluster, database: str, follow: Follow, name: str | None = N
     while True:
         st = cluster.backup(name).get("status") or {}
         phase = st.get("phase") or "Pending"
+        why = st.get("message") or f"see kubectl describe sdbb {name}"
         if phase != last:
             detail = ""
             if phase == "Completed":
                 detail = f": {st.get('size') or 'size unknown'} at {st.get('location') or '?'}"
             elif phase == "Failed":
-                detail = f": {st.get('message') or 'see kubectl describe sdbb ' + name}"
+                detail = f": {why}"
             follow.say(f"{name} {phase}{detail}")
             last = phase
         if phase == "Completed":
             return name
         if phase == "Failed":
-            raise CliError(f"backup {name} failed: {st.get('message') or 'see kubectl describe sdbb ' + name}")
+            raise CliError(f"backup {name} failed: {why}")
         if follow.expired():
             raise CliError(f"backup {name} is still {phase} after {follow.timeout:g} s "
                            f"(kubectl get sdbb {name} -w follows it)")
@@ -173,7 +174,7 @@ def switchover(cluster: Cluster, name: str, to: str, follow: Follow) -> None:
     db = cluster.sampledb(name)
     servers = [p.metadata.name for p in cluster.server_pods(name)]
     if to not in servers:
-        raise CliError(f"{to} is not a server of sampledb {name} (its servers: {', '.join(servers) or 'none'})")
+        raise NotAServer(to, name, servers)
     current = (db.get("status") or {}).get("currentPrimary")
     if current == to:
         follow.say(f"{to} is already the primary of sampledb {name}", timed=False)

@@ -13,7 +13,6 @@ class CliError(Exception):
 class NotFound(CliError):
     def __init__(self, kind: str, name: str, namespace: str) -> None:
         super().__init__(f"{kind} {name} not found in namespace {namespace}")
-        self.kind, self.name, self.namespace = kind, name, namespace
 
 
 class Forbidden(CliError):
@@ -22,12 +21,19 @@ class Forbidden(CliError):
     def __init__(self, verb: str, resource: str, namespace: str, user: str | None = None) -> None:
         who = f'User "{user}"' if user else "you"
         super().__init__(f"forbidden: {who} cannot {verb} {resource} in namespace {namespace}")
-        self.verb, self.resource, self.namespace, self.user = verb, resource, namespace, user
 
 
 class AlreadyExists(CliError):
     def __init__(self, kind: str, name: str, namespace: str) -> None:
         super().__init__(f"{kind} {name} already exists in namespace {namespace}")
+
+
+class NotAServer(CliError):
+    """A server (pod) named on the command line that the database does not have."""
+
+    def __init__(self, server: str, database: str, servers: list[str]) -> None:
+        super().__init__(f"{server} is not a server of sampledb {database} "
+                         f"(its servers: {', '.join(servers) or 'none'})")
 
 
 def server_message(body: object) -> str:

@@ -15,7 +15,17 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from . import BACKUP_RESOURCE, BACKUPS, GROUP, SAMPLEDB_RESOURCE, SAMPLEDBS, SERVER_CONTAINER, VERSION, server_selector
+from . import (
+    BACKUP_RESOURCE,
+    BACKUPS,
+    GROUP,
+    ROLE_LABEL,
+    SAMPLEDB_RESOURCE,
+    SAMPLEDBS,
+    SERVER_CONTAINER,
+    VERSION,
+    server_selector,
+)
 from .errors import AlreadyExists, CliError, Forbidden, NotFound, server_message, user_in
 
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -112,9 +122,6 @@ class Cluster:
                          label_selector=server_selector(name)).items
         return sorted(pods, key=lambda p: _ordinal_key(p.metadata.name))
 
-    def pod(self, name: str) -> Any:
-        return self.call("get", "pods", self.core.read_namespaced_pod, name, self.namespace, kind="pod", name=name)
-
     def ready_endpoints(self, service: str) -> list[str]:
         """The pods a Service routes to now (ready endpoints of its EndpointSlices)."""
         slices = self.call("list", "endpointslices.discovery.k8s.io", self.discovery.list_namespaced_endpoint_slice,
@@ -129,9 +136,10 @@ class Cluster:
         except NotFound:
             return None
 
-    def events_about(self, name: str, kind: str = "SampleDB") -> list[Any]:
+    def events_about(self, name: str) -> list[Any]:
+        """The Events about the SampleDB."""
         return self.call("list", "events", self.core.list_namespaced_event, self.namespace,
-                         field_selector=f"involvedObject.kind={kind},involvedObject.name={name}").items
+                         field_selector=f"involvedObject.kind=SampleDB,involvedObject.name={name}").items
 
     def pod_log(self, pod: str, **kwargs: Any) -> Any:
         return self.call("get", "pods/log", self.core.read_namespaced_pod_log, pod, self.namespace,
@@ -139,6 +147,18 @@ class Cluster:
 
     def exec(self, pod: str, command: list[str], timeout: float) -> ExecResult:
         return self.executor(pod, command, timeout)
+
+
+def pod_role(pod: Any) -> str:
+    """primary | replica, as the leader role labelled the pod; "" before it has."""
+    return (pod.metadata.labels or {}).get(ROLE_LABEL, "")
+
+
+def pod_ready(pod: Any) -> bool:
+    """Ready, and not on its way out (a terminating pod can still report Ready)."""
+    conditions = (pod.status.conditions if pod.status else None) or []
+    return pod.metadata.deletion_timestamp is None and any(c.type == "Ready" and c.status == "True"
+                                                           for c in conditions)
 
 
 def _ordinal_key(pod_name: str) -> tuple[str, int]:
@@ -193,9 +213,10 @@ def stream_executor(cfg: client.Configuration, namespace: str) -> Executor:
             raise ExecError(f"exec failed: {exc}") from None
         try:
             ws.run_forever(timeout=timeout)
-            if ws.is_open():
-                return ExecResult(None, ws.read_stdout(timeout=0) or "", ws.read_stderr(timeout=0) or "")
+            finished = not ws.is_open()  # as run_forever left it: the reads below may take in more frames
             out, err = ws.read_stdout(timeout=0) or "", ws.read_stderr(timeout=0) or ""
+            if not finished:
+                return ExecResult(None, out, err)
             try:
                 rc = ws.returncode
             except (TypeError, KeyError, IndexError, ValueError):  # no status on the error channel

@@ -9,12 +9,12 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from .errors import CliError, NotFound
+from .errors import CliError, NotAServer, NotFound
 from .kube import Cluster
 
 REFRESH_PODS_SECONDS = 5.0
@@ -66,17 +66,24 @@ def follow_logs(cluster: Cluster, name: str, out: TextIO, err: TextIO, tail: int
     stop = stop or threading.Event()
     lines: queue.Queue[tuple[str, str]] = queue.Queue()
     followers: dict[str, threading.Thread] = {}
-    next_refresh = 0.0
+
+    def start(pods: Iterable[str]) -> None:
+        for pod in pods:
+            if pod not in followers:
+                followers[pod] = threading.Thread(target=_follow_pod, args=(cluster, pod, tail, lines, stop),
+                                                  name=f"log-{pod}", daemon=True)
+                followers[pod].start()
+
+    # The database and the server asked for are checked once: a server's follower waits out its pod's
+    # replacement, which a later listing could catch half-way.
+    start(_pods(cluster, name, server))
+    next_refresh = time.monotonic() + REFRESH_PODS_SECONDS
     while True:
         if stop.is_set():
             _drain(lines, out, err)
             return
-        if time.monotonic() >= next_refresh:
-            for pod in _pods(cluster, name, server):
-                if pod not in followers:
-                    followers[pod] = threading.Thread(target=_follow_pod, args=(cluster, pod, tail, lines, stop),
-                                                      name=f"log-{pod}", daemon=True)
-                    followers[pod].start()
+        if server is None and time.monotonic() >= next_refresh:
+            start(p.metadata.name for p in cluster.server_pods(name))
             next_refresh = time.monotonic() + REFRESH_PODS_SECONDS
         try:
             _print(*lines.get(timeout=0.2), out, err)
@@ -102,7 +109,7 @@ def _pods(cluster: Cluster, name: str, server: str | None) -> list[str]:
     pods = [p.metadata.name for p in cluster.server_pods(name)]
     if server:
         if server not in pods:
-            raise CliError(f"{server} is not a server of sampledb {name} (its servers: {', '.join(pods) or 'none'})")
+            raise NotAServer(server, name, pods)
         return [server]
     return pods
 

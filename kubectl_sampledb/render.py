@@ -45,7 +45,7 @@ class Paint:
 
 
 def render_json(status: DatabaseStatus) -> str:
-    return json.dumps(asdict(status), indent=2, sort_keys=False) + "\n"
+    return json.dumps(asdict(status), indent=2) + "\n"
 
 
 def render_text(s: DatabaseStatus, colour: bool = False) -> str:
@@ -105,13 +105,13 @@ def _condition_row(c: Condition, s: DatabaseStatus) -> list[Cell]:
     good = HEALTHY.get(c.type)
     colour = None if good is None else "green" if c.status == good else "yellow" if c.type == "Progressing" else "red"
     return [(c.type, None), (c.status, colour), (c.reason, None), (_age_since(c.last_transition_time, s), None),
-            ("; ".join(line.strip() for line in c.message.splitlines() if line.strip()), None)]
+            (_one_line(c.message), None)]
 
 
 def _servers(s: DatabaseStatus, paint: Paint) -> list[str]:
     if not s.servers:
         return ["(no server pods)"]
-    rows = [_server_row(v, s) for v in s.servers]
+    rows = [_server_row(v) for v in s.servers]
     lines = _table(["NAME", "ROLE", "READY", "TIMELINE", "LSN", "REPLICATION", "LAG", "REPLAY LAG"], rows, paint)
     for v in s.servers:
         if v.error:
@@ -120,24 +120,22 @@ def _servers(s: DatabaseStatus, paint: Paint) -> list[str]:
     return lines
 
 
-def _server_row(v: Server, s: DatabaseStatus) -> list[Cell]:
-    role_colour = "cyan" if v.role == "primary" else None
-    ready: Cell = ("yes", "green") if v.ready else ("no", "red")
+def _server_row(v: Server) -> list[Cell]:
+    head: list[Cell] = [(v.name, None), (v.role or "-", "cyan" if v.role == "primary" else None),
+                        ("yes", "green") if v.ready else ("no", "red")]
     if not v.reachable:
-        return [(v.name, None), (v.role or "-", role_colour), ready, ("-", None), ("-", None),
-                ("unreachable", "red"), ("-", None), ("-", None)]
+        return [*head, ("-", None), ("-", None), ("unreachable", "red"), ("-", None), ("-", None)]
+    position: list[Cell] = [(_text(v.timeline), None), (v.lsn or "-", None)]
     rep = v.replication
     if rep is None:  # the primary, or a server out of recovery
         state: Cell = ("-", None) if v.role == "primary" else ("read-write", "red")
-        return [(v.name, None), (v.role or "-", role_colour), ready, (_text(v.timeline), None), (v.lsn or "-", None),
-                state, ("-", None), ("-", None)]
+        return [*head, *position, state, ("-", None), ("-", None)]
     text = rep.state or "-"
     if rep.sync_state and rep.sync_state != "async":
         text += f" ({rep.sync_state})"
     lagging = (rep.lag_bytes or 0) > LAG_WARN_BYTES or (rep.lag_seconds or 0) > LAG_WARN_SECONDS
     lag_colour = "yellow" if lagging else None
-    return [(v.name, None), (v.role or "-", role_colour), ready, (_text(v.timeline), None), (v.lsn or "-", None),
-            (text, "green" if rep.state == "streaming" else "yellow"),
+    return [*head, *position, (text, "green" if rep.state == "streaming" else "yellow"),
             (human_bytes(rep.lag_bytes), lag_colour), (human_seconds(rep.lag_seconds), lag_colour)]
 
 
@@ -149,7 +147,7 @@ def _backup_row(b: Backup) -> list[Cell]:
 
 def _event_row(e: Event) -> list[Cell]:
     return [(e.type, "yellow" if e.type == "Warning" else None), (e.reason, None), (human_duration(e.age_seconds), None),
-            (str(e.count), None), ("; ".join(line.strip() for line in e.message.splitlines() if line.strip()), None)]
+            (str(e.count), None), (_one_line(e.message), None)]
 
 
 def _operator(s: DatabaseStatus, paint: Paint) -> list[str]:
@@ -171,9 +169,8 @@ def _operator(s: DatabaseStatus, paint: Paint) -> list[str]:
     if op.activity:
         rows.append(("Doing", [op.activity]))
     if op.primary_unready_since:
-        since = parse_time(op.primary_unready_since)
-        now_t = parse_time(s.observed_at)
-        ago = f" ({human_duration((now_t - since).total_seconds())} ago)" if since and now_t else ""
+        ago = _age_since(op.primary_unready_since, s)
+        ago = f" ({ago} ago)" if ago != "-" else ""
         rows.append(("Watching", [paint(f"the primary has not been Ready since {op.primary_unready_since}{ago}; "
                                         "it fails over after the grace period", "yellow")]))
     if op.switchover_requested:
@@ -198,6 +195,11 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Cell]], paint: Paint)
                  for i, ((text, colour), w) in enumerate(zip(row, widths, strict=True))]
         lines.append("  ".join(cells).rstrip())
     return lines
+
+
+def _one_line(message: str) -> str:
+    """A message of several lines (the operator's failed tasks) in one table cell."""
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
 def _text(value: object) -> str:
@@ -237,12 +239,12 @@ def human_bytes(n: int | None) -> str:
         return "-"
     if n < 1024:
         return f"{n} B"
-    value = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
+    value = n / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if value < 1024:
             return f"{value:.1f} {unit}"
-    return f"{n} B"
+        value /= 1024
+    return f"{value:.1f} TiB"
 
 
 def human_seconds(seconds: float | None) -> str:

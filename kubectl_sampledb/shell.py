@@ -7,9 +7,9 @@ import os
 import shutil
 from collections.abc import Sequence
 
-from . import ROLE_LABEL, SERVER_CONTAINER
-from .errors import CliError
-from .kube import Cluster, Target
+from . import SERVER_CONTAINER
+from .errors import CliError, NotAServer
+from .kube import Cluster, Target, pod_ready, pod_role
 
 # psql's arguments are the shell's "$@": never re-quoted, never spliced into the script; the password
 # moves from the container's environment to PGPASSWORD inside the pod.
@@ -24,19 +24,17 @@ def choose_server(cluster: Cluster, name: str, replica: bool = False, server: st
     names = [p.metadata.name for p in pods]
     if server:
         if server not in names:
-            raise CliError(f"{server} is not a server of sampledb {name} (its servers: {', '.join(names) or 'none'})")
+            raise NotAServer(server, name, names)
         return server
     if replica:
-        ready = [p.metadata.name for p in pods if (p.metadata.labels or {}).get(ROLE_LABEL) == "replica"
-                 and p.metadata.deletion_timestamp is None
-                 and any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))]
+        ready = [p.metadata.name for p in pods if pod_role(p) == "replica" and pod_ready(p)]
         if not ready:
             raise CliError(f"sampledb {name} has no Ready replica")
         return ready[0]
     current = (db.get("status") or {}).get("currentPrimary")
     if current in names:
         return current
-    labelled = [p.metadata.name for p in pods if (p.metadata.labels or {}).get(ROLE_LABEL) == "primary"]
+    labelled = [p.metadata.name for p in pods if pod_role(p) == "primary"]
     if labelled:
         return labelled[0]
     phase = (db.get("status") or {}).get("phase") or "Pending"

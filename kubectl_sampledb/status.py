@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from . import ROLE_LABEL, SERVER_CONTAINER, SWITCHOVER_ANNOTATION, lease_name
+from . import SERVER_CONTAINER, SWITCHOVER_ANNOTATION, lease_name
 from .errors import CliError
-from .kube import Cluster
+from .kube import Cluster, pod_ready, pod_role
 from .sql import QueryError, ServerReport, Standby, lsn_diff, parse_time, query_server
 
 T = TypeVar("T")
@@ -176,7 +176,7 @@ def gather(cluster: Cluster, name: str, backups: int = 5, events: int = 5, now: 
         conditions=[c for c in conditions if c.type not in RUN_CONDITIONS],
         servers=servers, services=services,
         backups=_backups(records, backups, now), backups_total=len(records),
-        operator=_operator(conditions, st, meta, now), events=_events(recent, events, now),
+        operator=_operator(st, meta, now), events=_events(recent, events, now),
         notes=notes, observed_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
@@ -212,10 +212,14 @@ def _query_all(cluster: Cluster, pods: list[Any], timeout: float) -> dict[str, S
     return out
 
 
+def _phase(pod: Any) -> str:
+    return (pod.status.phase if pod.status else None) or "Unknown"
+
+
 def _not_running(pod: Any) -> str | None:
     if pod.metadata.deletion_timestamp is not None:
         return "pod is terminating"
-    phase = (pod.status.phase if pod.status else None) or "Unknown"
+    phase = _phase(pod)
     if phase != "Running":
         return f"pod is {phase}"
     state = _container(pod)
@@ -230,13 +234,9 @@ def _container(pod: Any) -> Any | None:
 
 
 def _server(pod: Any, report: ServerReport | str | None) -> Server:
-    conds = (pod.status.conditions if pod.status else None) or []
     container = _container(pod)
-    server = Server(
-        name=pod.metadata.name, role=(pod.metadata.labels or {}).get(ROLE_LABEL, ""),
-        ready=pod.metadata.deletion_timestamp is None and any(c.type == "Ready" and c.status == "True" for c in conds),
-        pod_phase=(pod.status.phase if pod.status else None) or "Unknown",
-        restarts=container.restart_count if container is not None else 0)
+    server = Server(name=pod.metadata.name, role=pod_role(pod), ready=pod_ready(pod), pod_phase=_phase(pod),
+                    restarts=container.restart_count if container is not None else 0)
     if isinstance(report, ServerReport):
         server.reachable = True
         server.in_recovery = report.in_recovery
@@ -343,29 +343,27 @@ def _events(items: list[Any], limit: int, now: datetime) -> list[Event]:
     return out
 
 
-def _operator(conditions: list[Condition], st: dict[str, Any], meta: dict[str, Any], now: datetime) -> Operator:
+def _operator(st: dict[str, Any], meta: dict[str, Any], now: datetime) -> Operator:
     """From the run conditions (runner/status.py): Running=True reason Running while a run is in progress;
     after a success Running=True reason Successful and Successful=True; after a failure Failure=True with the
     failed tasks' messages. ansibleResult is on Running after a success and on Failure after a failure."""
-    by_type = {c.type: c for c in conditions}
-    raw = {c.get("type"): c for c in st.get("conditions") or [] if isinstance(c, dict)}
-    running, failure, success = by_type.get("Running"), by_type.get("Failure"), by_type.get("Successful")
-    failed = failure is not None and failure.status == "True"
-    in_progress = running is not None and running.status == "True" and running.reason == "Running"
+    # the conditions as written: ansibleResult is not one of a Condition's fields
+    by_type = {c.get("type"): c for c in st.get("conditions") or [] if isinstance(c, dict)}
+    running, success, failure, progressing = (by_type.get(t) or {}
+                                              for t in ("Running", "Successful", "Failure", "Progressing"))
+    failed = failure.get("status") == "True"
+    in_progress = running.get("status") == "True" and running.get("reason") == "Running"
     last_run = None
-    if failed or (success is not None and success.status == "True") or \
-            (running is not None and running.reason == "Successful"):
-        result = (raw.get("Failure") if failed else raw.get("Running")) or {}
-        counts = result.get("ansibleResult") or {}
+    if failed or success.get("status") == "True" or running.get("reason") == "Successful":
+        counts = (failure if failed else running).get("ansibleResult") or {}
         completed = counts.get("completion")
         last_run = LastRun(result="Failed" if failed else "Successful", ok=counts.get("ok"),
                            changed=counts.get("changed"), skipped=counts.get("skipped"),
                            failures=counts.get("failures"), completed_at=completed, age_seconds=_age(completed, now))
-    progressing = by_type.get("Progressing")
     return Operator(
         state="reconciling" if in_progress else "failed" if failed else "idle" if last_run else "unknown",
-        last_run=last_run, failure=failure.message if failed and failure else None,
-        activity=progressing.message if progressing is not None and progressing.status == "True" else None,
+        last_run=last_run, failure=(failure.get("message") or "") if failed else None,
+        activity=(progressing.get("message") or "") if progressing.get("status") == "True" else None,
         switchover_requested=(meta.get("annotations") or {}).get(SWITCHOVER_ANNOTATION),
         primary_unready_since=st.get("primaryUnreadySince"),
         generation=meta.get("generation"), observed_generation=st.get("observedGeneration"))
