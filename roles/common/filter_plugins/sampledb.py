@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 
 def _ordinal(name):
@@ -50,8 +51,26 @@ def sampledb_postgresql_conf(defaults, parameters=None, managed=None):
     return "".join(f"{name} = {_conf_value(value)}\n" for name, value in sorted(settings.items()))
 
 
+def _epoch(text):
+    try:
+        return int(datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
+    except ValueError:
+        return 0
+
+
+def sampledb_backup_times(records, last_schedule_time=None):
+    """The two times the missed-backup alert compares, as Unix seconds (0 for never): when the newest
+    Completed backup of the records completed, and when the CronJob last started a scheduled one
+    (its status.lastScheduleTime). A scheduled backup that has not completed leaves the second ahead."""
+    completed = [_epoch((r.get("status") or {}).get("completedAt")) for r in records or []
+                 if (r.get("status") or {}).get("phase") == "Completed"]
+    return {"last_success": max(completed, default=0),
+            "last_scheduled": _epoch(last_schedule_time) if last_schedule_time else 0}
+
+
 class FilterModule:
     def filters(self):
         return {"sampledb_rollout_front": sampledb_rollout_front,
                 "sampledb_job_state": sampledb_job_state,
-                "sampledb_postgresql_conf": sampledb_postgresql_conf}
+                "sampledb_postgresql_conf": sampledb_postgresql_conf,
+                "sampledb_backup_times": sampledb_backup_times}

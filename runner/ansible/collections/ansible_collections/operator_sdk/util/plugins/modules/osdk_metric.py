@@ -14,6 +14,12 @@ options:
   name: {description: The metric name., type: str, required: true}
   description: {description: The metric help text., type: str, required: true}
   address: {description: Unused (compatibility)., type: str, default: "http://localhost:5050/metrics"}
+  labels:
+    description:
+      - Label names and values of the series to change (an addition to the Go module, which has none).
+      - Every call for a metric names the same labels. The series a resource's runs record are removed when
+        the resource is deleted.
+    type: dict
   counter:
     description: Increment (C(increment: true)) or add to (C(add)) a counter.
     type: dict
@@ -45,6 +51,12 @@ author: playbook-operator
 
 EXAMPLES = r"""
 - operator_sdk.util.osdk_metric:
+    name: sampledb_failovers_total
+    description: Failovers of a database
+    labels: {namespace: "{{ ansible_operator_meta.namespace }}", sampledb: "{{ ansible_operator_meta.name }}"}
+    counter:
+      increment: true
+- operator_sdk.util.osdk_metric:
     name: sampledb_backups_total
     description: Backups taken
     counter:
@@ -64,6 +76,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 TYPES = ("counter", "gauge", "histogram", "summary")
 NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 def main():
@@ -72,6 +85,7 @@ def main():
             "name": {"type": "str", "required": True},
             "description": {"type": "str", "required": True},
             "address": {"type": "str", "default": "http://localhost:5050/metrics"},
+            "labels": {"type": "dict"},
             "counter": {"type": "dict", "options": {"increment": {"type": "bool"}, "add": {"type": "float"}}},
             "gauge": {"type": "dict", "options": {
                 "set": {"type": "float"}, "increment": {"type": "bool"}, "decrement": {"type": "bool"},
@@ -92,7 +106,13 @@ def main():
     spec = {k: v for k, v in p[kind].items() if v is not None}
     if kind == "counter" and spec.get("add") is not None and spec["add"] < 0:
         module.fail_json(msg="counter metrics cannot decrease in value")
-    module.exit_json(changed=True, osdk_metric={"name": p["name"], "description": p["description"], kind: spec})
+    payload = {"name": p["name"], "description": p["description"], kind: spec}
+    if p["labels"]:
+        bad = [k for k in p["labels"] if not LABEL.match(str(k)) or str(k).startswith("__")]
+        if bad:
+            module.fail_json(msg="invalid label name(s) %s: letters, digits and _, not starting with a digit or __" % bad)
+        payload["labels"] = {str(k): "" if v is None else str(v) for k, v in p["labels"].items()}
+    module.exit_json(changed=True, osdk_metric=payload)
 
 
 if __name__ == "__main__":
