@@ -94,6 +94,9 @@ class Reconciler:
         self.cleanup = AnnotatedCleanup(kube)
         self.recorder = Recorder(kube)
         self.kind = watch.gvk.kind
+        # at zero from the start, so that "no failures" is a series and rate() over it has data
+        metrics.RUNS_TOTAL.labels(self.kind)
+        metrics.RUNS_FAILED.labels(self.kind)
 
     # ------------------------------------------------------------------ helpers
     def private_dir(self, namespace: str, name: str) -> Path:

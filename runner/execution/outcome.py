@@ -54,12 +54,14 @@ def interpret(events: list[dict[str, Any]], rc: int, status: str) -> Outcome:
         data = ev.get("event_data") or {}
         action = data.get("task_action")
         res = data.get("res") if isinstance(data.get("res"), dict) else {}
-        if name == "runner_on_ok" and action in REQUEUE_ACTIONS and res.get("period"):
+        # a looped task reports each item's result in its own event (the task's own holds them all)
+        ok = name in ("runner_on_ok", "runner_item_on_ok")
+        if ok and action in REQUEUE_ACTIONS and res.get("period"):
             try:
                 requeue = parse_duration(str(res["period"]))
             except ValueError:
                 failures.append(f"requeue_after: invalid time {res['period']!r}")
-        elif name == "runner_on_ok" and action in METRIC_ACTIONS and isinstance(res.get("osdk_metric"), dict):
+        elif ok and action in METRIC_ACTIONS and isinstance(res.get("osdk_metric"), dict):
             metrics.append(res["osdk_metric"])
         elif name in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             failures.extend(_messages(res))

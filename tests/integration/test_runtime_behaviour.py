@@ -225,6 +225,14 @@ def test_endpoints_metrics_and_user_metrics(widgets: Widgets, start_operator) ->
     assert re.search(r'^playbook_operator_queue_depth\{kind="Widget"\}', text, re.M)
     assert re.search(r"^widget_reconciles_total [1-9]", text, re.M)  # osdk_metric from the role
     assert "# HELP widget_reconciles_total Widget reconciles that reached the end of the role" in text
+    # what each object's status says, as long as the object exists
+    assert re.search(r'^playbook_operator_resource_condition\{group="[^"]+",kind="Widget",name="m2",namespace="[^"]+",'
+                     r'reason="Failed",status="True",type="Failure"\} 1\.0', text, re.M)
+    assert re.search(r'^playbook_operator_resource_condition\{[^}]*name="m1"[^}]*status="True",type="Successful"\} 1',
+                     text, re.M)
+    widgets.delete("m1")
+    wait_for("m1 gone", lambda: not widgets.exists("m1"))
+    wait_for("m1's series gone", lambda: 'name="m1"' not in op.http_get("/metrics", "metrics")[1])
 
 
 def test_role_events_and_custom_conditions(kube: Kube, namespace: str, widgets: Widgets, start_operator) -> None:

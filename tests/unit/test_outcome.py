@@ -64,3 +64,13 @@ def test_a_no_log_failure_says_the_output_was_hidden() -> None:
     out = interpret([{"event": "runner_on_failed", "event_data": {"task": "t", "res": {"censored": hidden}}},
                      stats(failures=1)], 2, "failed")
     assert out.failures == [hidden]
+
+
+def test_each_item_of_a_looped_osdk_metric_is_a_metric() -> None:
+    item = {"event": "runner_item_on_ok", "event_data": {"task_action": "operator_sdk.util.osdk_metric",
+                                                          "res": {"osdk_metric": {"name": "m", "gauge": {"set": 1}}}}}
+    # the task's own event carries the items again, under results: not counted twice
+    task = {"event": "runner_on_ok", "event_data": {"task_action": "operator_sdk.util.osdk_metric",
+                                                     "res": {"results": [{"osdk_metric": {"name": "m"}}] * 2}}}
+    out = interpret([item, item, task], 0, "successful")
+    assert out.metrics == [{"name": "m", "gauge": {"set": 1}}] * 2
