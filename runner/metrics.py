@@ -42,12 +42,17 @@ RESOURCE_CONDITION = Gauge(
 Owner = tuple[str, str, str, str]
 
 
+def owner_of(gvk: Any, key: tuple[str, str]) -> Owner:
+    """The owner of the series about the object ``key`` (namespace, name) of the watched kind ``gvk``."""
+    return (gvk.group, gvk.kind, *key)
+
+
 class UserMetricError(ValueError):
     pass
 
 
 _user_metrics: dict[str, Any] = {}
-_user_lock = threading.Lock()
+_lock = threading.Lock()
 # The labelled series each object's runs recorded, removed when the object goes.
 _owned: dict[Owner, set[tuple[str, tuple[str, ...]]]] = {}
 _resource_series: dict[Owner, set[tuple[Any, tuple[str, ...]]]] = {}
@@ -81,7 +86,7 @@ def record_user_metric(payload: dict[str, Any], owner: Owner | None = None) -> N
         raise UserMetricError("a request should contain at least one metric" if not kinds
                               else "only one metric can be processed at a time")
     kind, spec = kinds[0], payload[kinds[0]]
-    with _user_lock:
+    with _lock:
         metric = _user_metrics.get(name)
         if metric is None:
             cls = {"counter": Counter, "gauge": Gauge, "histogram": Histogram, "summary": Summary}[kind]
@@ -131,7 +136,7 @@ def observe_resource(owner: Owner, obj: dict[str, Any]) -> None:
     for c in status.get("conditions") or []:
         if isinstance(c, dict) and c.get("type"):
             new.add((RESOURCE_CONDITION, (*owner, str(c["type"]), str(c.get("status") or ""), str(c.get("reason") or ""))))
-    with _user_lock:
+    with _lock:
         old = _resource_series.get(owner, set())
         for gauge, values in old - new:
             gauge.remove(*values)
@@ -142,7 +147,7 @@ def observe_resource(owner: Owner, obj: dict[str, Any]) -> None:
 
 def forget_resource(owner: Owner) -> None:
     """The object is gone: so are the series about it, its status's and those its runs recorded."""
-    with _user_lock:
+    with _lock:
         for gauge, values in _resource_series.pop(owner, set()):
             gauge.remove(*values)
         for name, values in _owned.pop(owner, set()):

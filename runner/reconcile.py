@@ -149,7 +149,7 @@ class Reconciler:
         """The object is gone (or going, with nothing left for us to do): so are its runner directories."""
         await asyncio.to_thread(shutil.rmtree, self.private_dir(*key), ignore_errors=True)
         # again here: a run that ended after the watch saw the deletion may have recorded series for it
-        metrics.forget_resource((self.watch.gvk.group, self.kind, *key))
+        metrics.forget_resource(metrics.owner_of(self.watch.gvk, key))
         return Outcome(forget=True)
 
     async def __call__(self, key: Key, reasons: frozenset[str]) -> Outcome:
@@ -225,7 +225,7 @@ class Reconciler:
         self._log_result(request, result, time.monotonic() - t0, what)
         for payload in outcome.metrics:
             try:
-                metrics.record_user_metric(payload, owner=(watch.gvk.group, self.kind, ns, name))
+                metrics.record_user_metric(payload, owner=metrics.owner_of(watch.gvk, key))
             except metrics.UserMetricError as exc:
                 log.warning("osdk_metric from %s: %s", request.label, exc)
         if not outcome.ok:

@@ -51,9 +51,6 @@ class ObjectStore:
     def latest(self, key: Key) -> dict[str, Any] | None:
         return self._objects.get(key)
 
-    def owner(self, key: Key) -> metrics.Owner:
-        return (self.watch.gvk.group, self.watch.gvk.kind, *key)
-
     def observed(self, key: Key, obj: dict[str, Any]) -> None:
         """The reconciler read or wrote this version itself; newer watch events still win."""
         current = self._objects.get(key)
@@ -71,11 +68,11 @@ class ObjectStore:
         meta = obj.get("metadata", {})
         key: Key = (meta.get("namespace") or "", meta.get("name", ""))
         if event_type == "DELETED" or not self.watch.selector.matches(meta.get("labels")):
-            metrics.forget_resource(self.owner(key))
+            metrics.forget_resource(metrics.owner_of(self.watch.gvk, key))
             return key, "forget" if self._objects.pop(key, None) is not None or event_type == "DELETED" else None
         prev = self._objects.get(key)
         self._objects[key] = obj
-        metrics.observe_resource(self.owner(key), obj)
+        metrics.observe_resource(metrics.owner_of(self.watch.gvk, key), obj)
         if prev is None:
             return key, "enqueue"
         pmeta = prev.get("metadata", {})

@@ -7,20 +7,19 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
-import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from localcluster import paths
+from tests.kube import wait_for
+from tests.scripts.loopback import free_port
 
 PROMETHEUS_DEB = "2.42.0+ds-5+deb12u1"
 
@@ -75,12 +74,6 @@ def pod_target_groups(pods: list[Any]) -> list[dict[str, Any]]:
     return groups
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Prometheus:
     """One Prometheus server scraping what ``scrape_configs`` say, every ``interval``."""
@@ -88,7 +81,6 @@ class Prometheus:
     workdir: Path
     scrape_configs: list[dict[str, Any]]
     interval: str = "5s"
-    rule_files: list[Path] = field(default_factory=list)
     port: int = 0
     proc: subprocess.Popen | None = None
 
@@ -101,24 +93,21 @@ class Prometheus:
         self.port = self.port or free_port()
         config = self.workdir / "prometheus.yml"
         config.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": self.interval, "evaluation_interval": self.interval},
-            "rule_files": [str(p) for p in self.rule_files],
-            "scrape_configs": self.scrape_configs}))
-        log = open(self.workdir / "prometheus.log", "wb")
-        self.proc = subprocess.Popen(
-            [str(prometheus), f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+            "global": {"scrape_interval": self.interval}, "scrape_configs": self.scrape_configs}))
+        with open(self.workdir / "prometheus.log", "wb") as log:
+            self.proc = subprocess.Popen(
+                [str(prometheus), f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+        def ready() -> bool:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {self.log()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2):
-                    return self
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.5)
-        raise RuntimeError(f"prometheus not ready after 60 s: {self.log()[-2000:]}")
+                raise AssertionError(f"prometheus exited: {self.log()[-2000:]}")
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2):
+                return True
+
+        wait_for("prometheus to be ready", ready, timeout=60, interval=0.5)
+        return self
 
     def log(self) -> str:
         return (self.workdir / "prometheus.log").read_text(errors="replace")
@@ -131,11 +120,8 @@ class Prometheus:
         return body["data"]
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        """The instant vector (or scalar, as one sample) ``expr`` gives now."""
-        data = self.api("query", query=expr)
-        if data["resultType"] in ("scalar", "string"):
-            return [{"metric": {}, "value": data["result"]}]
-        return data["result"]
+        """The instant vector ``expr`` gives now."""
+        return self.api("query", query=expr)["result"]
 
     def targets(self) -> list[dict[str, Any]]:
         return self.api("targets")["activeTargets"]
