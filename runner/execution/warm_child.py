@@ -6,12 +6,16 @@ memory, and every run forks with them already loaded.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.abc
+import importlib.machinery
 import io
 import os
 import selectors
 import shlex
 import signal
 import sys
+import sysconfig
 import traceback
 from pathlib import Path
 
@@ -19,8 +23,10 @@ from pathlib import Path
 # Not ansible-runner's event callback: it reads the run's artifact directory from the environment when
 # imported, so each run imports it afresh (cheap once Ansible itself is loaded).
 import ansible.cli.playbook
+import ansible.constants as C
 import ansible.executor.playbook_executor
 import ansible.executor.task_executor
+import ansible.executor.task_queue_manager as _tqm
 import ansible.module_utils.basic
 import ansible.plugins.action
 import ansible.plugins.connection.local as _local
@@ -29,11 +35,62 @@ import kubernetes.client
 import kubernetes.config
 import kubernetes.dynamic  # noqa: F401
 import yaml  # noqa: F401
+from ansible.plugins.loader import module_loader, module_utils_loader
+from ansible.utils.collection_loader import AnsibleCollectionConfig
 
 import runner.ansible.redact  # noqa: F401
 
 _ORIGINAL_EXEC = _local.Connection.exec_command
+_ORIGINAL_TQM_RUN = _tqm.TaskQueueManager.run
 _PYTHON = os.path.realpath(sys.executable)
+_INSTALLED = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib", "stdlib")})
+_SHARED_LOCAL_TMP = C.DEFAULT_LOCAL_TMP  # made when Ansible was imported, i.e. once, by the forkserver
+
+
+class _PayloadModules(importlib.abc.MetaPathFinder):
+    """``ansible.*`` names the installed package lacks, from the module's payload. A role's library/ module
+    is ``ansible.legacy.<name>`` and its module_utils are ``ansible.module_utils.<name>``: in a fresh
+    interpreter the payload's ``ansible`` package (first on sys.path, extended over the installed one) has
+    them, but this process imported the installed ``ansible`` before the payload was on sys.path."""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None):
+        if not fullname.startswith("ansible."):
+            return None
+        parts = fullname.split(".")[1:-1]
+        payloads = [e for e in sys.path if isinstance(e, str) and os.path.isfile(e)]  # zip files
+        return importlib.machinery.PathFinder.find_spec(fullname, [os.path.join(p, "ansible", *parts) for p in payloads])
+
+
+def _editable_module_sources() -> list[str]:
+    """The module and module_utils directories of this run that are not part of the installed packages:
+    the roles' library/ and module_utils/, configured library paths, collections outside site-packages."""
+    dirs = [*module_loader._get_paths(subdirs=False), *module_utils_loader._get_paths(subdirs=False)]
+    for root in AnsibleCollectionConfig.collection_paths or []:
+        dirs.append(os.path.join(root, "ansible_collections"))
+    return [d for d in dict.fromkeys(os.path.realpath(d) for d in dirs)
+            if os.path.isdir(d) and not (d + os.sep).startswith(_INSTALLED)]
+
+
+def _fingerprint(dirs: list[str]) -> str:
+    h = hashlib.sha256()
+    for top in dirs:
+        for root, subdirs, files in os.walk(top):
+            subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    st = os.stat(os.path.join(root, name))
+                    h.update(f"{root}/{name}\0{st.st_mtime_ns}\0{st.st_size}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _tqm_run(self, play):
+    # Ansible keeps built module payloads (AnsiballZ) in C.DEFAULT_LOCAL_TMP, keyed by module name only,
+    # and every run shares the forkserver's: an edited module in a role or a project's collection would
+    # not reach the next run. Runs share the payloads only while those sources are unchanged.
+    local_tmp = os.path.join(_SHARED_LOCAL_TMP, "sources-" + _fingerprint(_editable_module_sources()))
+    os.makedirs(local_tmp, mode=0o700, exist_ok=True)
+    C.DEFAULT_LOCAL_TMP = local_tmp
+    return _ORIGINAL_TQM_RUN(self, play)
 
 
 def _module_invocation(cmd: object) -> dict[str, str] | None:
@@ -81,6 +138,7 @@ def _run_module_in_fork(payload: bytes, cwd: bytes | str | None, env: dict[str, 
             from ansible.module_utils import _internal
 
             _internal.is_controller = False  # module_utils behave as on a target host
+            sys.meta_path.append(_PayloadModules())
             sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
             sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
             sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True)
@@ -139,6 +197,7 @@ def run_playbook(argv: list[str], cwd: str, env: dict[str, str], artifact_dir: P
     os.close(devnull)
     if os.environ.get("PLAYBOOK_OPERATOR_MODULES_IN_PROCESS", "true").lower() != "false":
         _local.Connection.exec_command = _exec_command
+    _tqm.TaskQueueManager.run = _tqm_run
     from ansible.cli.playbook import PlaybookCLI
 
     try:

@@ -296,18 +296,63 @@ def test_keep_no_artifacts(widgets: Widgets, start_operator) -> None:
 
 def test_an_edited_role_applies_on_the_next_run(kube: Kube, namespace: str, widgets: Widgets, start_operator,
                                                tmp_path: Path) -> None:
+    """Defaults, a module in the role's library/ and a filter in its filter_plugins/, each edited in place:
+    the next run uses the new ones (whatever the runtime keeps between runs, such as built module payloads)."""
     role = tmp_path / "roles" / "editable"
     shutil.copytree(TESTOP / "roles" / "widget", role)
+    (role / "library").mkdir()
+    module = role / "library" / "widget_word.py"
+    module.write_text(WORD_MODULE.replace("WORD", "first"))
+    (role / "filter_plugins").mkdir()
+    filters = role / "filter_plugins" / "widget_filters.py"
+    filters.write_text(MARK_FILTER.replace("MARK", "first"))
+    with (role / "tasks" / "main.yml").open("a") as tasks:
+        tasks.write(WORD_TASKS)
     op = start_operator([widget_watch(role=str(role))])
     widgets.create("e", {})
     widgets.wait_successful("e")
     assert kube.core.read_namespaced_config_map("e-cm", namespace).data["message"] == "hello"
+    assert kube.core.read_namespaced_config_map("e-words", namespace).data == {"module": "first", "filter": "first"}
+
     (role / "defaults" / "main.yml").write_text((role / "defaults" / "main.yml").read_text()
                                                  .replace("message: hello", "message: edited in place"))
+    module.write_text(WORD_MODULE.replace("WORD", "edited"))
+    filters.write_text(MARK_FILTER.replace("MARK", "edited"))
     widgets.patch("e", {"spec": {"other": 1}})
     widgets.wait_successful("e", generation=2)
     assert kube.core.read_namespaced_config_map("e-cm", namespace).data["message"] == "edited in place"
+    assert kube.core.read_namespaced_config_map("e-words", namespace).data == {"module": "edited", "filter": "edited"}
     assert op.proc is not None and op.proc.poll() is None  # same operator process
+
+
+WORD_MODULE = """
+from ansible.module_utils.basic import AnsibleModule
+
+if __name__ == "__main__":
+    AnsibleModule(argument_spec={}).exit_json(changed=False, word="WORD")
+"""
+MARK_FILTER = """
+class FilterModule:
+    def filters(self):
+        return {"widget_mark": lambda value: "MARK"}
+"""
+WORD_TASKS = """
+- name: A module shipped in the role
+  widget_word: {}
+  register: word
+
+- name: What the role's module and filter say
+  kubernetes.core.k8s:
+    state: present
+    definition:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: "{{ ansible_operator_meta.name }}-words"
+      data:
+        module: "{{ word.word }}"
+        filter: "{{ 'x' | widget_mark }}"
+"""
 
 
 def test_invalid_watches_file_stops_start_up(tmp_path: Path) -> None:
