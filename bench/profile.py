@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=11, help="runs per executor (the first is left out)")
+    parser.add_argument("--sampledb", action="store_true", help="profile the SampleDB operator's steady-state run "
+                        "instead (bench/profile_sampledb.py)")
     parser.add_argument("--one", choices=("cold", "warm"), help=argparse.SUPPRESS)  # one_executor's child
     parser.add_argument("--io", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -148,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         obj = json.loads((args.io / "object.json").read_text())
         per_run = asyncio.run(profile_executor(args.one, obj, args.runs, args.io))
         (args.io / "phases.json").write_text(json.dumps(per_run))
+        return 0
+    if args.sampledb:
+        from bench.profile_sampledb import profile_sampledb
+
+        profile_sampledb(bench_cluster(), args.runs)
         return 0
     medians, imports = profile(bench_cluster(), args.runs)
     rows = [[phase, f"{medians['cold'][phase]:.3f}", f"{medians['warm'][phase]:.3f}",

@@ -7,6 +7,7 @@ memory, and every run forks with them already loaded.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.abc
 import importlib.machinery
 import io
@@ -39,6 +40,36 @@ from ansible.plugins.loader import module_loader, module_utils_loader
 from ansible.utils.collection_loader import AnsibleCollectionConfig
 
 import runner.ansible.redact  # noqa: F401
+
+# What kubernetes.core's modules import that comes with the runtime's own packages (not a collection's or a
+# role's code: each run imports those afresh): Ansible's URL helpers (with cryptography's x509 and email)
+# cost each k8s task ~60 ms when imported in its module process.
+# Likewise what every run imports from Ansible's own plugins (the inventory plugins it tries on the
+# inventory, the callbacks, connection and shell plugins it reads the options of, the strategy, the worker)
+# and ansible-runner's package (its callback module itself reads the run's environment when imported).
+_INSTALLED_PRELOAD = (
+    "ansible.module_utils.urls", "ansible.module_utils.common.dict_transformations", "jsonpatch",
+    "ansible.module_utils._internal._json._profiles._module_legacy_m2c",  # ansible-core 2.19
+    "ansible.executor.process.worker", "ansible.playbook.handler_task_include", "ansible.playbook.included_file",
+    "ansible.playbook.role_include", "ansible.plugins.strategy.linear", "ansible.plugins.vars.host_group_vars",
+    "ansible.plugins.cache.memory", "ansible.plugins.become.su", "ansible.plugins.become.sudo",
+    *(f"ansible.plugins.inventory.{p}" for p in ("auto", "host_list", "ini", "script", "toml", "yaml")),
+    *(f"ansible.plugins.callback.{p}" for p in ("default", "minimal", "oneline", "tree", "junit")),
+    *(f"ansible.plugins.connection.{p}" for p in ("ssh", "paramiko_ssh", "psrp", "winrm")),
+    *(f"ansible.plugins.shell.{p}" for p in ("sh", "cmd", "powershell")),
+    "ansible_runner.interface", "ansible_runner.display_callback",
+)
+for _name in _INSTALLED_PRELOAD:
+    try:
+        importlib.import_module(_name)
+    except ImportError:
+        pass
+
+# kubernetes.core's module_utils, imported once per run (from wherever the run's collections path finds
+# them, so a project's own copy or an upgrade applies to the next run) instead of once per task.
+_KUBERNETES_CORE_UTILS = [f"ansible_collections.kubernetes.core.plugins.module_utils.{m}" for m in (
+    "k8s.runner", "k8s.core", "k8s.client", "k8s.service", "k8s.resource", "k8s.waiter", "common", "args_common",
+    "selector", "apply", "hashes", "k8sdynamicclient", "client.discovery", "client.resource")]
 
 _ORIGINAL_EXEC = _local.Connection.exec_command
 _ORIGINAL_TQM_RUN = _tqm.TaskQueueManager.run
@@ -90,7 +121,25 @@ def _tqm_run(self, play):
     local_tmp = os.path.join(_SHARED_LOCAL_TMP, "sources-" + _fingerprint(_editable_module_sources()))
     os.makedirs(local_tmp, mode=0o700, exist_ok=True)
     C.DEFAULT_LOCAL_TMP = local_tmp
+    _prepare_kubernetes_core()
     return _ORIGINAL_TQM_RUN(self, play)
+
+
+def _prepare_kubernetes_core() -> None:
+    """Imports kubernetes.core's module_utils and builds the API client its modules would build from the
+    run's environment (K8S_AUTH_*, KUBECONFIG): every task's module process is a fork of this one and finds
+    both ready (the collection keeps clients in a pool keyed by their configuration), instead of importing,
+    reading the kubeconfig and the discovery cache, and asking the server's version each time. A task
+    with other credentials misses the pool and builds its own, as before. Nothing here may fail a run: a
+    module that cannot build its client says why itself."""
+    try:
+        for name in _KUBERNETES_CORE_UTILS:
+            importlib.import_module(name)
+        client = sys.modules[_KUBERNETES_CORE_UTILS[2]].get_api_client()
+        # no connection may outlive this process's use of it: forks sharing one TLS session would corrupt it
+        client.client.client.rest_client.pool_manager.clear()
+    except Exception:
+        pass
 
 
 def _module_invocation(cmd: object) -> dict[str, str] | None:
