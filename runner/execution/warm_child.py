@@ -36,7 +36,7 @@ import kubernetes.client
 import kubernetes.config
 import kubernetes.dynamic  # noqa: F401
 import yaml  # noqa: F401
-from ansible.plugins.loader import module_loader, module_utils_loader
+from ansible.plugins.loader import filter_loader, module_loader, module_utils_loader, test_loader
 from ansible.utils.collection_loader import AnsibleCollectionConfig
 
 import runner.ansible.redact  # noqa: F401
@@ -121,6 +121,10 @@ def _tqm_run(self, play):
     local_tmp = os.path.join(_SHARED_LOCAL_TMP, "sources-" + _fingerprint(_editable_module_sources()))
     os.makedirs(local_tmp, mode=0o700, exist_ok=True)
     C.DEFAULT_LOCAL_TMP = local_tmp
+    # Every task worker (a fork of this process) that templates anything loads all the filter and test
+    # plugins it can see (Ansible's own, the roles' filter_plugins) unless this process already has.
+    for loader in (filter_loader, test_loader):
+        list(loader.all())
     _prepare_kubernetes_core()
     return _ORIGINAL_TQM_RUN(self, play)
 
