@@ -1,7 +1,10 @@
 """Runs inside the warm executor's forkserver and its children; imported once, by the server.
 
-Importing this module is the preload: Ansible's playbook CLI and executor and the kubernetes client (what every kubernetes.core module imports) end up in the server's
-memory, and every run forks with them already loaded.
+Importing this module is the preload: Ansible's playbook CLI and executor, its own plugins, and the kubernetes
+client (what every kubernetes.core module imports) end up in the server's memory, and every run forks with
+them already loaded. Each run then prepares, once and before its tasks fork, what its tasks would each
+have loaded again: the filter and test plugins and kubernetes.core's client (``_tqm_run``). What a run
+reads from roles and collections is read by the run itself, so edits apply to the next run.
 """
 
 from __future__ import annotations
@@ -40,13 +43,13 @@ from ansible.plugins.loader import filter_loader, module_loader, module_utils_lo
 from ansible.utils.collection_loader import AnsibleCollectionConfig
 
 import runner.ansible.redact  # noqa: F401
+from runner.execution import warm_templates
 
-# What kubernetes.core's modules import that comes with the runtime's own packages (not a collection's or a
-# role's code: each run imports those afresh): Ansible's URL helpers (with cryptography's x509 and email)
-# cost each k8s task ~60 ms when imported in its module process.
-# Likewise what every run imports from Ansible's own plugins (the inventory plugins it tries on the
-# inventory, the callbacks, connection and shell plugins it reads the options of, the strategy, the worker)
-# and ansible-runner's package (its callback module itself reads the run's environment when imported).
+# More from the installed packages only (never a collection's or a role's code): what kubernetes.core's
+# modules import (Ansible's URL helpers pull in cryptography's x509 and email: ~60 ms in every k8s task's
+# module process), and what every run imports from Ansible's own plugins (the inventory plugins it tries,
+# the callback, connection and shell plugins whose options it reads, the strategy, the task worker) and
+# from ansible-runner (but not its callback module: it reads the run's environment when imported).
 _INSTALLED_PRELOAD = (
     "ansible.module_utils.urls", "ansible.module_utils.common.dict_transformations", "jsonpatch",
     "ansible.module_utils._internal._json._profiles._module_legacy_m2c",  # ansible-core 2.19
@@ -109,7 +112,10 @@ def _fingerprint(dirs: list[str]) -> str:
             subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
             for name in sorted(files):
                 if name.endswith(".py"):
-                    st = os.stat(os.path.join(root, name))
+                    try:
+                        st = os.stat(os.path.join(root, name))
+                    except OSError:  # removed meanwhile
+                        continue
                     h.update(f"{root}/{name}\0{st.st_mtime_ns}\0{st.st_size}\n".encode())
     return h.hexdigest()[:16]
 
@@ -251,6 +257,7 @@ def run_playbook(argv: list[str], cwd: str, env: dict[str, str], artifact_dir: P
     if os.environ.get("PLAYBOOK_OPERATOR_MODULES_IN_PROCESS", "true").lower() != "false":
         _local.Connection.exec_command = _exec_command
     _tqm.TaskQueueManager.run = _tqm_run
+    warm_templates.install(os.path.join(_SHARED_LOCAL_TMP, "jinja"))
     from ansible.cli.playbook import PlaybookCLI
 
     try:

@@ -296,13 +296,17 @@ def test_keep_no_artifacts(widgets: Widgets, start_operator) -> None:
 
 def test_an_edited_role_applies_on_the_next_run(kube: Kube, namespace: str, widgets: Widgets, start_operator,
                                                tmp_path: Path) -> None:
-    """Defaults, a module in the role's library/ and a filter in its filter_plugins/, each edited in place:
-    the next run uses the new ones (whatever the runtime keeps between runs, such as built module payloads)."""
+    """Defaults, a module in the role's library/, the module_utils it imports from the role's module_utils/
+    and a filter in its filter_plugins/, each edited in place: the next run uses the new ones (whatever the
+    runtime keeps between runs, such as built module payloads)."""
     role = tmp_path / "roles" / "editable"
     shutil.copytree(TESTOP / "roles" / "widget", role)
     (role / "library").mkdir()
     module = role / "library" / "widget_word.py"
     module.write_text(WORD_MODULE.replace("WORD", "first"))
+    (role / "module_utils").mkdir()
+    util = role / "module_utils" / "widget_words.py"
+    util.write_text('UTIL_WORD = "first"\n')
     (role / "filter_plugins").mkdir()
     filters = role / "filter_plugins" / "widget_filters.py"
     filters.write_text(MARK_FILTER.replace("MARK", "first"))
@@ -312,24 +316,28 @@ def test_an_edited_role_applies_on_the_next_run(kube: Kube, namespace: str, widg
     widgets.create("e", {})
     widgets.wait_successful("e")
     assert kube.core.read_namespaced_config_map("e-cm", namespace).data["message"] == "hello"
-    assert kube.core.read_namespaced_config_map("e-words", namespace).data == {"module": "first", "filter": "first"}
+    assert kube.core.read_namespaced_config_map("e-words", namespace).data == {"module": "first", "util": "first",
+                                                                               "filter": "first"}
 
     (role / "defaults" / "main.yml").write_text((role / "defaults" / "main.yml").read_text()
                                                  .replace("message: hello", "message: edited in place"))
     module.write_text(WORD_MODULE.replace("WORD", "edited"))
+    util.write_text('UTIL_WORD = "edited"\n')
     filters.write_text(MARK_FILTER.replace("MARK", "edited"))
     widgets.patch("e", {"spec": {"other": 1}})
     widgets.wait_successful("e", generation=2)
     assert kube.core.read_namespaced_config_map("e-cm", namespace).data["message"] == "edited in place"
-    assert kube.core.read_namespaced_config_map("e-words", namespace).data == {"module": "edited", "filter": "edited"}
+    assert kube.core.read_namespaced_config_map("e-words", namespace).data == {"module": "edited", "util": "edited",
+                                                                               "filter": "edited"}
     assert op.proc is not None and op.proc.poll() is None  # same operator process
 
 
 WORD_MODULE = """
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.widget_words import UTIL_WORD
 
 if __name__ == "__main__":
-    AnsibleModule(argument_spec={}).exit_json(changed=False, word="WORD")
+    AnsibleModule(argument_spec={}).exit_json(changed=False, word="WORD", util=UTIL_WORD)
 """
 MARK_FILTER = """
 class FilterModule:
@@ -351,6 +359,7 @@ WORD_TASKS = """
         name: "{{ ansible_operator_meta.name }}-words"
       data:
         module: "{{ word.word }}"
+        util: "{{ word.util }}"
         filter: "{{ 'x' | widget_mark }}"
 """
 
