@@ -40,6 +40,7 @@ CASES = [
     ["template", "{{ x | no_such_filter }}"],
     ["conditional", "x >"],
     ["template", "{% if x %}{{ x }}{% endif"],
+    ["template", "{{ x }} {{ not_defined_anywhere }}"],
     ["template", "{{ x + 1 }} {{ names | map('upper') | join(',') }}"],
 ]
 
@@ -56,12 +57,12 @@ def test_results_and_errors_are_the_same_as_without_the_cache(tmp_path: Path, ru
     for _ in range(runs):  # the second run finds every template that compiled in the first on disk
         assert render(tmp_path / "cache", "cached", CASES) == plain
     assert plain[0] == ["ok", "4 A,B"] and plain[1] == ["ok", "True"]
-    assert [r[0] for r in plain[2:5]] == ["error"] * 3
+    assert [r[0] for r in plain[2:6]] == ["error"] * 4
 
 
 def test_only_templates_that_compiled_are_kept_and_an_edit_is_a_new_entry(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     render(cache, "cached", CASES)
-    assert len(list(cache.iterdir())) == 2  # the two that compiled, once each; errors are not kept
+    assert len(list(cache.iterdir())) == 3  # those that compiled, once each; syntax errors are not kept
     assert render(cache, "cached", [["template", "{{ x * 10 }}"]]) == [["ok", "30"]]
-    assert len(list(cache.iterdir())) == 3
+    assert len(list(cache.iterdir())) == 4
