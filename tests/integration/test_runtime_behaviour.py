@@ -303,7 +303,7 @@ def test_an_edited_role_applies_on_the_next_run(kube: Kube, namespace: str, widg
     shutil.copytree(TESTOP / "roles" / "widget", role)
     (role / "library").mkdir()
     module = role / "library" / "widget_word.py"
-    module.write_text(WORD_MODULE.replace("WORD", "first"))
+    module.write_text(WORD_MODULE.replace("SAYS", "first"))
     (role / "module_utils").mkdir()
     util = role / "module_utils" / "widget_words.py"
     util.write_text('UTIL_WORD = "first"\n')
@@ -321,7 +321,7 @@ def test_an_edited_role_applies_on_the_next_run(kube: Kube, namespace: str, widg
 
     (role / "defaults" / "main.yml").write_text((role / "defaults" / "main.yml").read_text()
                                                  .replace("message: hello", "message: edited in place"))
-    module.write_text(WORD_MODULE.replace("WORD", "edited"))
+    module.write_text(WORD_MODULE.replace("SAYS", "edited"))
     util.write_text('UTIL_WORD = "edited"\n')
     filters.write_text(MARK_FILTER.replace("MARK", "edited"))
     widgets.patch("e", {"spec": {"other": 1}})
@@ -337,7 +337,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.widget_words import UTIL_WORD
 
 if __name__ == "__main__":
-    AnsibleModule(argument_spec={}).exit_json(changed=False, word="WORD", util=UTIL_WORD)
+    AnsibleModule(argument_spec={}).exit_json(changed=False, word="SAYS", util=UTIL_WORD)
 """
 MARK_FILTER = """
 class FilterModule:
