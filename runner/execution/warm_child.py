@@ -43,7 +43,6 @@ from ansible.plugins.loader import filter_loader, module_loader, module_utils_lo
 from ansible.utils.collection_loader import AnsibleCollectionConfig
 
 import runner.ansible.redact  # noqa: F401
-from runner.execution import warm_templates
 
 # More from the installed packages only (never a collection's or a role's code): what kubernetes.core's
 # modules import (Ansible's URL helpers pull in cryptography's x509 and email: ~60 ms in every k8s task's
@@ -257,7 +256,6 @@ def run_playbook(argv: list[str], cwd: str, env: dict[str, str], artifact_dir: P
     if os.environ.get("PLAYBOOK_OPERATOR_MODULES_IN_PROCESS", "true").lower() != "false":
         _local.Connection.exec_command = _exec_command
     _tqm.TaskQueueManager.run = _tqm_run
-    warm_templates.install(os.path.join(_SHARED_LOCAL_TMP, "jinja"))
     from ansible.cli.playbook import PlaybookCLI
 
     try:
