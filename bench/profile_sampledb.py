@@ -16,7 +16,6 @@ Prints the tables and writes them to bench/results/<date>-profile-sampledb.md.""
 from __future__ import annotations
 
 import collections
-import datetime as dt
 import re
 import tempfile
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 from bench.__main__ import write_table
 from bench.harness import delete_namespace, fresh_namespace, median
+from bench.profile import _at
 from runner.execution.base import read_events
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT, OperatorProcess, install_sampledb_crds, sampledb_watches
@@ -33,10 +33,6 @@ from tests.sampledb import GROUP, PLURAL, VERSION, gone, sample, wait_phase
 NAME = "db"
 START, BETWEEN = "Ansible's start (to the first task)", "the controller between tasks"
 RESULT_EVENTS = ("runner_on_ok", "runner_on_skipped", "runner_on_failed")
-
-
-def _at(event: dict[str, Any]) -> float:
-    return dt.datetime.fromisoformat(event["created"]).timestamp()
 
 
 class Run:
