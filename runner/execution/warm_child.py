@@ -72,6 +72,7 @@ for _name in _INSTALLED_PRELOAD:
 _KUBERNETES_CORE_UTILS = [f"ansible_collections.kubernetes.core.plugins.module_utils.{m}" for m in (
     "k8s.runner", "k8s.core", "k8s.client", "k8s.service", "k8s.resource", "k8s.waiter", "common", "args_common",
     "selector", "apply", "hashes", "k8sdynamicclient", "client.discovery", "client.resource")]
+_KUBERNETES_CORE_CLIENT = "ansible_collections.kubernetes.core.plugins.module_utils.k8s.client"
 
 _ORIGINAL_EXEC = _local.Connection.exec_command
 _ORIGINAL_TQM_RUN = _tqm.TaskQueueManager.run
@@ -144,7 +145,7 @@ def _prepare_kubernetes_core() -> None:
     try:
         for name in _KUBERNETES_CORE_UTILS:
             importlib.import_module(name)
-        client = sys.modules[_KUBERNETES_CORE_UTILS[2]].get_api_client()
+        client = importlib.import_module(_KUBERNETES_CORE_CLIENT).get_api_client()
         # no connection may outlive this process's use of it: forks sharing one TLS session would corrupt it
         client.client.client.rest_client.pool_manager.clear()
     except Exception:
