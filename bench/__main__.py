@@ -13,7 +13,12 @@ Scenarios:
                      in sweep when it ran first, else IDLE_WORKERS), then operator RSS while idle, and the API
                      server's write requests (benches, configmaps, events) during a resync of all 1,000 (ours:
                      two: the first after creation and the steady state; see IDLE_PASSES)
-With no scenario: all of them. Each table is also written to bench/results/<date>-<scenario>.md.
+  goals              issue 14's table, each figure beside its goal: the SampleDB operator's steady-state run
+                     (bench.profile --sampledb), create → Ready and failover (bench.sampledb), then for each
+                     implementation: the one-task no-op run p50, 1,000 CRs at once, memory (RSS and PSS) with
+                     them idle, and API writes per run of a resync (the peer's part takes about an hour)
+With no scenario: all of them but goals (which repeats parts of the others). Each table is also written to
+bench/results/<date>-<scenario>.md.
 """
 
 from __future__ import annotations
@@ -309,12 +314,13 @@ def measure_idle(kube: Kube, impl: Impl, n: int, workers: int | None, period: fl
         converged = tracker.wait_done(names, t0, timeout=max(1800, 3 * period)) - t0
         first_done = min(tracker.completion[name][1] for name in names) - t0
         time.sleep(settle)  # let the last status writes and the runtime settle
-        before, rss_idle = apiserver_writes(kube), op.rss_mb()
+        before, idle_memory = apiserver_writes(kube), op.memory_mb()
         time.sleep(idle_window)
         after, runs_before = apiserver_writes(kube), op.reconciles()
         figures = {WORKERS: float(workers or os.cpu_count() or 1),
                    f"{n} CRs at once → all Successful [s]": converged,
-                   f"RSS idle with {n} CRs (operator + children) [MB]": rss_idle,
+                   f"RSS idle with {n} CRs (operator + children) [MB]": idle_memory["rss"],
+                   f"PSS idle with {n} CRs (operator + children) [MB]": idle_memory["pss"],
                    f"API writes while idle for {idle_window:.0f} s": sum(writes_between(before, after).values()),
                    PERIOD: period}
         if runs_before > n or first_done + period < converged + settle + idle_window:
@@ -409,7 +415,60 @@ def idle(kube: Kube, names: list[str], n: int, workers: dict[str, int | None], p
         *notes])
 
 
-SCENARIOS = ("compare", "sweep", "idle-1000", "latency", "failover", "dependents-memory")
+GOALS = {  # issue 14's figures and goals; the peer is measured for those where it applies
+    "SampleDB steady-state run (nothing changes) [s]": "≤ 1.0",
+    "SampleDB create → Ready, 3 servers [s]": "≤ 6",
+    "SampleDB failover: primary pod deleted → new primary in status [s]": "≤ 3",
+    "one-task no-op run p50 [s]": "≤ 0.25",
+    "1000 CRs at once → all Successful [s]": "≤ 120",
+    "operator memory with 1000 idle CRs, RSS [MB]": "≤ 120",
+    "operator memory with 1000 idle CRs, PSS [MB]": "≤ 120",
+    "API writes per run of an idle resync": "0",
+}
+
+
+def goals(kube: Kube, names: list[str], workers: dict[str, int | None], periods: dict[str, float],
+          profile_runs: int = 8, databases: int = 3) -> None:
+    from bench.profile_sampledb import profile_sampledb
+    from bench.sampledb import measure_databases
+
+    keys = list(GOALS)
+    labels = [impl[0] for impl in impls(names)]
+    results: dict[str, dict[str, float]] = {label: {} for label in labels}
+    ours_label = impls(["ours"])[0][0]
+    if ours_label in results:
+        steady, tasks = profile_sampledb(kube, profile_runs)
+        dbs = measure_databases(kube, databases, upgrade=False)
+        results[ours_label].update({keys[0]: steady, keys[1]: median([d["create"] for d in dbs]),
+                                    keys[2]: median([d["failover"] for d in dbs])})
+    notes = []
+    for name, impl in zip(names, impls(names), strict=True):
+        print(f"# {impl[0]} ...", flush=True)
+        latency = measure_latency(kube, impl, creates=1)
+        idle, warnings = measure_idle(kube, impl, 1000, workers[name], periods[name])
+        notes += warnings
+        results[impl[0]].update({
+            keys[3]: next(v for k, v in latency.items() if k.startswith("no-op run p50")),
+            keys[4]: idle["1000 CRs at once → all Successful [s]"],
+            keys[5]: idle["RSS idle with 1000 CRs (operator + children) [MB]"],
+            keys[6]: idle["PSS idle with 1000 CRs (operator + children) [MB]"],
+            keys[7]: idle["resync 1 of all 1000: API writes per run"]})
+        notes.append(f"{impl[0]}: {workers[name] or 'default'} workers for the 1000 CRs, reconcile period "
+                     f"{periods[name]:.0f} s")
+    columns, rows = side_by_side(labels, results)
+    for row in rows:
+        row.append(GOALS[row[0]])
+    write_table("goals", [*columns, "goal"], rows, role="see each row", notes=[
+        *(["SampleDB (ours only; kwok, 3 servers): the steady-state run is the median of "
+           f"{profile_runs} runs of bench.profile --sampledb ({tasks} tasks a run); create and failover the "
+           f"medians of {databases} databases of bench.sampledb (failover_grace_seconds 0)"]
+          if ours_label in results else []),
+        "the one-task rows: the bench role (one kubernetes.core.k8s task applying a ConfigMap); no-op p50 of 20 "
+        "spec changes; memory of the operator's process tree once the 1000 are converged and idle",
+        *notes])
+
+
+SCENARIOS = ("compare", "sweep", "idle-1000", "latency", "failover", "dependents-memory", "goals")
 
 
 def main(argv: list[str]) -> int:
@@ -437,9 +496,11 @@ def main(argv: list[str]) -> int:
     unknown = set(args.scenario) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenario(s) {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
-    chosen = args.scenario or list(SCENARIOS)
+    chosen = args.scenario or [s for s in SCENARIOS if s != "goals"]
     kube = bench_cluster()
     names = args.impl or ["peer", "ours"]
+    periods = {n: float(v) for n, v in (p.split("=", 1) if "=" in p else (n, p)
+                                         for p in args.idle_period for n in names)}
     if "compare" in chosen:
         compare(kube, names, args.n or [40, 200], args.workers)
     best = sweep(kube, names) if "sweep" in chosen else {}
@@ -450,9 +511,11 @@ def main(argv: list[str]) -> int:
         how = ", ".join(f"{n} {workers[n] or 'its default'}"
                         f" ({'given' if given.get(n) else 'best in the sweep' if n in best else 'preset'})"
                         for n in names)
-        periods = dict(p.split("=", 1) if "=" in p else (n, p) for p in args.idle_period for n in names)
-        idle(kube, names, args.idle_n, workers, per_cr, how, {n: float(v) for n, v in periods.items()},
-             args.idle_max_pass, args.idle_passes)
+        idle(kube, names, args.idle_n, workers, per_cr, how, periods, args.idle_max_pass, args.idle_passes)
+    if "goals" in chosen:
+        workers = {n: {"peer": args.peer_workers, "ours": args.ours_workers}.get(n) or IDLE_WORKERS.get(n)
+                   for n in names}
+        goals(kube, names, workers, {n: periods.get(n) or idle_period(1000, PER_CR_ESTIMATE[n]) for n in names})
     if "latency" in chosen:
         latency(kube)
     if "failover" in chosen:

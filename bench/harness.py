@@ -62,8 +62,8 @@ def delete_namespace(kube: Kube, name: str, timeout: float = 600) -> None:
     wait_for(f"namespace {name} deleted", gone, timeout=timeout, interval=1)
 
 
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and all its descendants, in MB."""
+def _tree(pid: int) -> list[int]:
+    """A process and all its descendants."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -73,18 +73,29 @@ def tree_rss_mb(pid: int) -> float:
                 children.setdefault(ppid, []).append(int(entry))
             except (OSError, ValueError, IndexError):
                 pass
-    total, stack = 0, [pid]
+    found, stack = [], [pid]
     while stack:
         p = stack.pop()
+        found.append(p)
         stack.extend(children.get(p, []))
+    return found
+
+
+def tree_memory_mb(pid: int) -> dict[str, float]:
+    """Resident (RSS) and proportional (PSS: each shared page divided among the processes sharing it) memory
+    of a process and all its descendants, in MB. RSS counts the pages a forkserver shares with its children
+    once per process; PSS adds up to what the tree really holds."""
+    total = {"Rss": 0, "Pss": 0}
+    for p in _tree(pid):
         try:
-            with open(f"/proc/{p}/status") as fh:
+            with open(f"/proc/{p}/smaps_rollup") as fh:
                 for line in fh:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-        except OSError:
+                    key, _, rest = line.partition(":")
+                    if key in total:
+                        total[key] += int(rest.split()[0])
+        except OSError:  # gone meanwhile
             pass
-    return total / 1024
+    return {"rss": total["Rss"] / 1024, "pss": total["Pss"] / 1024}
 
 
 @dataclass
@@ -112,8 +123,11 @@ class OperatorRun:
         return self.log_path.read_text(errors="replace")
 
     def rss_mb(self) -> float:
+        return self.memory_mb()["rss"]
+
+    def memory_mb(self) -> dict[str, float]:
         assert self.proc is not None
-        return tree_rss_mb(self.proc.pid)
+        return tree_memory_mb(self.proc.pid)
 
     def reconciles(self) -> float:
         """Finished reconciles so far, from the operator's /metrics: both expose upstream's

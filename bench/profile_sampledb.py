@@ -75,7 +75,8 @@ def run_ends(op: OperatorProcess) -> list[str]:
     return re.findall(r"run end: SampleDB .*", op.logs())
 
 
-def profile_sampledb(kube: Kube, runs: int) -> None:
+def profile_sampledb(kube: Kube, runs: int) -> tuple[float, int]:
+    """Prints and writes the tables; returns the whole run's median and the tasks in a run."""
     install_sampledb_crds(kube)
     ns = fresh_namespace(kube, "bench-profile-sdb")
     work = Path(tempfile.mkdtemp(prefix="bench-profile-sampledb-"))
@@ -107,8 +108,8 @@ def profile_sampledb(kube: Kube, runs: int) -> None:
     last = measured[-1]
     phase = {k: median([r.phases.get(k, 0) for r in measured]) for k in last.phases}
     task = {t: median([r.tasks.get(t, 0) for r in measured]) for t in last.tasks}
-    rows = [["whole run (the operator's `run end`)", f"{median([r.seconds for r in measured]):.2f}",
-             str(len(last.outcomes))]]
+    whole = median([r.seconds for r in measured])
+    rows = [["whole run (the operator's `run end`)", f"{whole:.2f}", str(len(last.outcomes))]]
     rows += [[k, f"{phase[k]:.2f}", str(last.counts.get(k, ""))] for k in sorted(phase, key=lambda k: -phase[k])]
     rows += [[f"slowest: {t[:90]}", f"{task[t]:.3f}", "1"] for t in sorted(task, key=lambda t: -task[t])[:8]]
     by_role: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -122,3 +123,4 @@ def profile_sampledb(kube: Kube, runs: int) -> None:
         "the arguments templated, the module run, the result sent back; a skipped task costs a worker too); "
         "between tasks is the controller's own work (callbacks, the next task's variables)"],
         role="the SampleDB operator (watches.yaml, roles/), warm executor")
+    return whole, len(last.outcomes)

@@ -242,3 +242,48 @@ def test_async_the_primary_position_is_recorded_once_it_moved_a_quarter_of_the_b
     assert record("0/3000000", "0/3000001", max_lag=0) == {leader.PRIMARY_LSN: "0/3000001"}
     assert record(None, "0/3000148", max_lag="") == {}  # sync mode
     assert record(None, "", rc=2) == {} and record(None, "0/1", skipped=True) == {}
+
+
+def labelled(p: dict, role: str) -> dict:
+    p["metadata"]["labels"][leader.ROLE_LABEL] = role
+    return p
+
+
+SELECTOR = {"app.kubernetes.io/instance": "db"}
+
+
+def settled(pods, the_lease, requested: str = "", max_lag=None, **kw) -> bool:
+    return leader.sampledb_plan_settled(plan(pods, the_lease, requested=requested, database="db", **kw), pods,
+                                        the_lease, requested, max_lag, SELECTOR)
+
+
+def test_a_run_that_changes_nothing_is_settled_and_anything_to_do_is_not() -> None:
+    def servers() -> list[dict]:
+        return [labelled(pod("db-0"), "primary"), pod("db-1"), pod("db-2")]
+
+    def recorded(holder: str = "db-0", **annotations: str) -> dict:
+        return {**lease(holder, **annotations), "metadata": {"labels": dict(SELECTOR), "annotations": annotations}}
+
+    assert settled(servers(), recorded())
+    # an unready primary within its grace period: nothing to do yet
+    assert settled([labelled(pod("db-0", ready=False), "primary"), pod("db-1")], recorded(),
+                   unready_since="2026-11-24T10:00:25Z")
+    # a label to write: the primary's, a replica's, a new pod's
+    assert not settled([pod("db-0"), pod("db-1")], recorded())
+    assert not settled([labelled(pod("db-0"), "primary"), labelled(pod("db-1"), "primary")], recorded())
+    new = pod("db-2")
+    del new["metadata"]["labels"][leader.ROLE_LABEL]
+    assert not settled([*servers()[:2], new], recorded())
+    # the Lease to write: none yet, another holder, a change still recorded, its labels gone
+    assert not settled(servers(), {})
+    assert not settled(servers(), recorded("db-1"))
+    assert not settled(servers(), recorded(**{leader.PROMOTE: "db-1"}))
+    assert not settled(servers(), lease("db-0"))
+    # a failover due, a switchover asked for (done, refused, or by the upgrade), async mode's position to record
+    assert not settled([labelled(pod("db-0", ready=False), "primary"), pod("db-1")], recorded(),
+                       unready_since="2026-11-24T10:00:00Z")
+    assert not settled(servers(), recorded(), requested="db-1")
+    assert not settled(servers(), recorded(), requested="db-0")
+    assert not settled(servers(), recorded(), requested="db-9")
+    assert not settled(servers(), recorded(), switchover_to="db-2")
+    assert not settled(servers(), recorded(), max_lag=1048576)

@@ -217,6 +217,27 @@ def sampledb_lsn_to_record(lease, result, max_lag) -> dict[str, str]:
     return {}
 
 
+def sampledb_plan_settled(plan: dict, pods, lease, requested: str = "", max_lag=None, labels=None) -> bool:
+    """True when the plan changes nothing: it keeps the primary the Lease names, no change of primary is
+    in progress, asked for, refused or blocked, the Lease records no change and carries ``labels``, and every
+    server is labelled as it should be. Async mode (``max_lag``) is never settled: each run may record the
+    primary's WAL position. Most runs are settled, and skip the steps of a change."""
+    target = plan.get("target") or ""
+    if max_lag not in (None, "") or requested or not target or plan.get("holder") != target:
+        return False
+    if any(plan.get(k) for k in ("fencing", "promote", "evict", "changed", "began", "refused", "blocked")):
+        return False
+    meta = (lease or {}).get("metadata") or {}
+    if ((lease or {}).get("spec") or {}).get("holderIdentity") != target:
+        return False
+    if any(k in (meta.get("annotations") or {}) for k in CHANGE_KEYS):
+        return False
+    if any((meta.get("labels") or {}).get(k) != v for k, v in (labels or {}).items()):
+        return False
+    return all(((p["metadata"].get("labels") or {}).get(ROLE_LABEL))
+               == ("primary" if p["metadata"]["name"] == target else "replica") for p in pods or [])
+
+
 def _exec_ok(result: dict) -> bool:
     # (with failed_when: false a module error is not "failed": it has no stdout, only msg)
     return (not result.get("skipped") and not result.get("failed") and "stdout" in result
@@ -237,7 +258,7 @@ def sampledb_exec_errors(results) -> list[str]:
 class FilterModule:
     def filters(self):
         return {"sampledb_leader_plan": sampledb_leader_plan, "sampledb_fenced": sampledb_fenced,
-                "sampledb_plan_fenced": sampledb_plan_fenced,
+                "sampledb_plan_fenced": sampledb_plan_fenced, "sampledb_plan_settled": sampledb_plan_settled,
                 "sampledb_lsn": sampledb_lsn, "sampledb_lsn_to_record": sampledb_lsn_to_record,
                 "sampledb_exec_output": sampledb_exec_output,
                 "sampledb_exec_errors": sampledb_exec_errors}
