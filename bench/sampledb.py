@@ -4,11 +4,13 @@ version, and failover (the primary's pod deleted → another pod primary in stat
 
 kwok's stage delays are set to 0 for the database pods and Jobs (kwok's defaults are arbitrary simulated
 delays), and failover_grace_seconds to 0: in production a failover also waits that grace (10 s by default)
-before promoting. A failover promotes once the old primary's pod is gone (its server might still write until
-then): the primary is deleted with a 1 s grace period, which kwok honours by removing the pod after 1 s, where
-a kubelet stops PostgreSQL (fast shutdown) and removes the pod in about as long. kwok's pods never stop by
-themselves when a switchover relabels them, so every switchover waits out the fence timeout and deletes the old
-primary's pod: the upgrade runs with fence_timeout_seconds 3, as the kwok tests do (30 s by default).
+before promoting. A failover promotes once the old primary's server has stopped (until then it might still
+write). kwok's pods run nothing, so the bench plays the kubelet: the deleted primary's pod stays for 60 s (kwok's
+deletion delay; a pod of the same name back at once would just be the primary again, not a failover) and its
+status says what a kubelet's would once PostgreSQL's fast shutdown is done: server container terminated, pod
+not Ready. For the same reason a switchover's old primary never stops by itself on kwok, so every switchover
+waits out the fence timeout and deletes that pod: the upgrade runs with fence_timeout_seconds 3, as the kwok
+tests do (30 s by default).
 Prints a table and writes it to bench/results/<date>-sampledb.md."""
 
 from __future__ import annotations
@@ -53,8 +55,14 @@ def one_database(kube: Kube, ns: str, name: str, upgrade: bool = True) -> dict[s
         figures["upgrade"] = time.monotonic() - t0
 
     old = status(kube, ns, name)["currentPrimary"]
+    kube.core.patch_namespaced_pod(old, ns, {"metadata": {"annotations": {"pod-delete.stage.kwok.x-k8s.io/delay": "60s"}}})
     t0 = time.monotonic()
-    kube.core.delete_namespaced_pod(old, ns, grace_period_seconds=1)
+    kube.core.delete_namespaced_pod(old, ns)
+    # what a kubelet reports once the server has stopped (kwok's pods run nothing, so the bench says it)
+    kube.core.patch_namespaced_pod_status(old, ns, {"status": {
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "containerStatuses": [{"name": "postgres", "ready": False, "restartCount": 0, "image": "postgres", "imageID": "",
+                               "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}})
 
     def promoted() -> bool:
         new = status(kube, ns, name).get("currentPrimary")
