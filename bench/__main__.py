@@ -458,8 +458,9 @@ def goals(kube: Kube, names: list[str], workers: dict[str, int | None], periods:
             keys[5]: idle["RSS idle with 1000 CRs (operator + children) [MB]"],
             keys[6]: idle["PSS idle with 1000 CRs (operator + children) [MB]"],
             **({keys[7]: idle["resync 1 of all 1000: API writes per run"]} if GOALS_PASSES[name] else {})})
+        writes = ", ".join(f"{k.split(': ', 1)[1]} {v:g}" for k, v in idle.items() if k.startswith("resync 1: "))
         notes.append(f"{impl[0]}: {workers[name] or 'default'} workers for the 1000 CRs, reconcile period "
-                     f"{periods[name]:.0f} s")
+                     f"{periods[name]:.0f} s" + (f"; the resync's writes: {writes}" if writes else ""))
     columns, rows = side_by_side(labels, results)
     for row in rows:
         row.append(GOALS[row[0]])
