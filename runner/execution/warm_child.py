@@ -21,6 +21,7 @@ import signal
 import sys
 import sysconfig
 import traceback
+import types
 from pathlib import Path
 
 # --- the preload -----------------------------------------------------------------------------------
@@ -37,7 +38,7 @@ import ansible.plugins.connection.local as _local
 import ansible.template  # noqa: F401
 import kubernetes.client
 import kubernetes.config
-import kubernetes.dynamic  # noqa: F401
+import kubernetes.dynamic
 import yaml  # noqa: F401
 from ansible.plugins.loader import filter_loader, module_loader, module_utils_loader, test_loader
 from ansible.utils.collection_loader import AnsibleCollectionConfig
@@ -60,12 +61,46 @@ _INSTALLED_PRELOAD = (
     *(f"ansible.plugins.connection.{p}" for p in ("ssh", "paramiko_ssh", "psrp", "winrm")),
     *(f"ansible.plugins.shell.{p}" for p in ("sh", "cmd", "powershell")),
     "ansible_runner.interface", "ansible_runner.display_callback",
+    # what kubernetes.core's k8s_exec, k8s_log and k8s_cp import: the core API and its models (~0.4 s), streams
+    "kubernetes.client.api.core_v1_api", "kubernetes.stream",
 )
 for _name in _INSTALLED_PRELOAD:
     try:
         importlib.import_module(_name)
     except ImportError:
         pass
+
+
+def _lazy_apis_alias() -> None:
+    """kubernetes.core's k8s_exec imports core_v1_api from ``kubernetes.client.apis``, the client's deprecated
+    alias package, which star-imports every API class of the client: 1-2 s and ~60 MB in every k8s_exec
+    module process (2.4 s a task in a failover's WAL position reads). The alias here has the same names,
+    each loaded when used."""
+    try:
+        api = importlib.import_module("kubernetes.client.api")
+    except ImportError:
+        return
+    alias = types.ModuleType("kubernetes.client.apis", "kubernetes.client.api under its deprecated name")
+    alias.__path__ = []  # a package: `from kubernetes.client.apis import core_v1_api` asks it for the name
+
+    def __getattr__(name: str) -> object:
+        if not name.startswith("_"):
+            try:
+                return getattr(api, name)  # a class, e.g. CoreV1Api
+            except AttributeError:
+                try:
+                    return importlib.import_module(f"kubernetes.client.api.{name}")  # a module, e.g. core_v1_api
+                except ModuleNotFoundError as exc:
+                    if exc.name != f"kubernetes.client.api.{name}":
+                        raise
+        raise AttributeError(f"module 'kubernetes.client.apis' has no attribute {name!r}")
+
+    alias.__getattr__ = __getattr__
+    sys.modules["kubernetes.client.apis"] = alias
+    kubernetes.client.apis = alias
+
+
+_lazy_apis_alias()
 
 # kubernetes.core's module_utils, imported once per run (from wherever the run's collections path finds
 # them, so a project's own copy or an upgrade applies to the next run) instead of once per task.
