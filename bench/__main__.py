@@ -415,16 +415,14 @@ def idle(kube: Kube, names: list[str], n: int, workers: dict[str, int | None], p
         *notes])
 
 
-GOALS = {  # issue 14's figures and goals; the peer is measured for those where it applies
-    "SampleDB steady-state run (nothing changes) [s]": "≤ 1.0",
-    "SampleDB create → Ready, 3 servers [s]": "≤ 6",
-    "SampleDB failover: primary pod deleted → new primary in status [s]": "≤ 3",
-    "one-task no-op run p50 [s]": "≤ 0.25",
-    "1000 CRs at once → all Successful [s]": "≤ 120",
-    "operator memory with 1000 idle CRs, RSS [MB]": "≤ 120",
-    "operator memory with 1000 idle CRs, PSS [MB]": "≤ 120",
-    "API writes per run of an idle resync": "0",
-}
+# issue 14's figures and their goals; the peer is measured for those where it applies
+STEADY, CREATE, FAILOVER = ("SampleDB steady-state run (nothing changes) [s]", "SampleDB create → Ready, 3 servers [s]",
+                            "SampleDB failover: primary pod deleted → new primary in status [s]")
+NOOP, BURST, RSS, PSS, WRITES = ("one-task no-op run p50 [s]", "1000 CRs at once → all Successful [s]",
+                                 "operator memory with 1000 idle CRs, RSS [MB]",
+                                 "operator memory with 1000 idle CRs, PSS [MB]", "API writes per run of an idle resync")
+GOALS = {STEADY: "≤ 1.0", CREATE: "≤ 6", FAILOVER: "≤ 3", NOOP: "≤ 0.25", BURST: "≤ 120", RSS: "≤ 120",
+         PSS: "≤ 120", WRITES: "0"}
 
 
 # The resyncs goals measures: ours one (it writes nothing from the first); the peer's resync of 1,000 takes as
@@ -437,15 +435,14 @@ def goals(kube: Kube, names: list[str], workers: dict[str, int | None], periods:
     from bench.profile_sampledb import profile_sampledb
     from bench.sampledb import measure_databases
 
-    keys = list(GOALS)
     labels = [impl[0] for impl in impls(names)]
     results: dict[str, dict[str, float]] = {label: {} for label in labels}
     ours_label = impls(["ours"])[0][0]
     if ours_label in results:
         steady, tasks = profile_sampledb(kube, profile_runs)
         dbs = measure_databases(kube, databases, upgrade=False)
-        results[ours_label].update({keys[0]: steady, keys[1]: median([d["create"] for d in dbs]),
-                                    keys[2]: median([d["failover"] for d in dbs])})
+        results[ours_label].update({STEADY: steady, CREATE: median([d["create"] for d in dbs]),
+                                    FAILOVER: median([d["failover"] for d in dbs])})
     notes = []
     for name, impl in zip(names, impls(names), strict=True):
         print(f"# {impl[0]} ...", flush=True)
@@ -453,11 +450,11 @@ def goals(kube: Kube, names: list[str], workers: dict[str, int | None], periods:
         idle, warnings = measure_idle(kube, impl, 1000, workers[name], periods[name], passes=GOALS_PASSES[name])
         notes += warnings
         results[impl[0]].update({
-            keys[3]: next(v for k, v in latency.items() if k.startswith("no-op run p50")),
-            keys[4]: idle["1000 CRs at once → all Successful [s]"],
-            keys[5]: idle["RSS idle with 1000 CRs (operator + children) [MB]"],
-            keys[6]: idle["PSS idle with 1000 CRs (operator + children) [MB]"],
-            **({keys[7]: idle["resync 1 of all 1000: API writes per run"]} if GOALS_PASSES[name] else {})})
+            NOOP: next(v for k, v in latency.items() if k.startswith("no-op run p50")),
+            BURST: idle["1000 CRs at once → all Successful [s]"],
+            RSS: idle["RSS idle with 1000 CRs (operator + children) [MB]"],
+            PSS: idle["PSS idle with 1000 CRs (operator + children) [MB]"],
+            **({WRITES: idle["resync 1 of all 1000: API writes per run"]} if GOALS_PASSES[name] else {})})
         writes = ", ".join(f"{k.split(': ', 1)[1]} {v:g}" for k, v in idle.items() if k.startswith("resync 1: "))
         notes.append(f"{impl[0]}: {workers[name] or 'default'} workers for the 1000 CRs, reconcile period "
                      f"{periods[name]:.0f} s" + (f"; the resync's writes: {writes}" if writes else ""))
@@ -512,18 +509,17 @@ def main(argv: list[str]) -> int:
     if "compare" in chosen:
         compare(kube, names, args.n or [40, 200], args.workers)
     best = sweep(kube, names) if "sweep" in chosen else {}
+    # idle-1000's and goals' worker counts and per-CR estimates: given, else the sweep's best, else presets
+    given = {"peer": args.peer_workers, "ours": args.ours_workers}
+    workers = {n: given.get(n) or (best[n][0] if n in best else IDLE_WORKERS.get(n)) for n in names}
+    per_cr = {n: best[n][1] / 40 if n in best else PER_CR_ESTIMATE[n] for n in names}
     if "idle-1000" in chosen:
-        given = {"peer": args.peer_workers, "ours": args.ours_workers}
-        workers = {n: given.get(n) or (best[n][0] if n in best else IDLE_WORKERS.get(n)) for n in names}
-        per_cr = {n: best[n][1] / 40 if n in best else PER_CR_ESTIMATE[n] for n in names}
         how = ", ".join(f"{n} {workers[n] or 'its default'}"
                         f" ({'given' if given.get(n) else 'best in the sweep' if n in best else 'preset'})"
                         for n in names)
         idle(kube, names, args.idle_n, workers, per_cr, how, periods, args.idle_max_pass, args.idle_passes)
     if "goals" in chosen:
-        workers = {n: {"peer": args.peer_workers, "ours": args.ours_workers}.get(n) or IDLE_WORKERS.get(n)
-                   for n in names}
-        goals(kube, names, workers, {n: periods.get(n) or idle_period(1000, PER_CR_ESTIMATE[n]) for n in names})
+        goals(kube, names, workers, {n: periods.get(n) or idle_period(1000, per_cr[n]) for n in names})
     if "latency" in chosen:
         latency(kube)
     if "failover" in chosen:
