@@ -3,7 +3,18 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
+# The Ansible underneath: by default what the Go ansible-operator v1.42 image ships (ansible-core 2.18, kubernetes
+# 33.1.0: constraints.txt); ANSIBLE_CORE=2.19 installs ansible-core 2.19 (the `ansible` 12 bundle, kubernetes 37)
+# in a venv of its own, e.g. `make run ANSIBLE_CORE=2.19`.
+DEFAULT_ANSIBLE_CORE := 2.18
+ANSIBLE_CORE ?= $(DEFAULT_ANSIBLE_CORE)
+ifeq ($(ANSIBLE_CORE),$(DEFAULT_ANSIBLE_CORE))
+CONSTRAINTS := constraints.txt
 VENV ?= .venv
+else
+CONSTRAINTS := constraints-ansible-core-$(ANSIBLE_CORE).txt
+VENV ?= .venv-ansible-core-$(ANSIBLE_CORE)
+endif
 BIN := $(VENV)/bin
 PO := $(BIN)/playbook-operator
 # pytest workers: cluster tests mostly wait on the API server, so more workers than cores pays off.
@@ -18,14 +29,19 @@ LOCAL_KUBE = $(if $(KUBECONFIG),,eval "$$($(PO) cluster env)";)
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-$(BIN)/.installed: pyproject.toml constraints.txt
+$(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
+	@test -f $(CONSTRAINTS) || { echo "ANSIBLE_CORE=$(ANSIBLE_CORE): no $(CONSTRAINTS); 2.18 (default) and 2.19 are supported" >&2; exit 2; }
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed (found %s); set PYTHON=..." % sys.version.split()[0])'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
+	$(BIN)/pip install -q --disable-pip-version-check -c $(CONSTRAINTS) -e '.[test]'
 	@touch $@
 
 .PHONY: venv
 venv: $(BIN)/.installed ## create the virtualenv with the pinned dependencies
+
+.PHONY: venv-python
+venv-python: venv ## print the venv's python after making it (e.g. make -s venv-python ANSIBLE_CORE=2.19)
+	@echo $(abspath $(BIN))/python
 
 .PHONY: cluster
 cluster: venv ## bring up the local control plane (unless KUBECONFIG is set)

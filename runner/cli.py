@@ -29,6 +29,15 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
 
 
+def _ansible_args(text: str) -> str:
+    # The Go ansible-operator drops one pair of single quotes around the whole value, so that a manifest's
+    # `--ansible-args='--vault-password-file /opt/ansible/pwd.yml'` (quotes and all in YAML) passes two
+    # arguments on, not one.
+    if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
+        return text[1:-1]
+    return text
+
+
 def run_parser() -> argparse.ArgumentParser:
     d = RunConfig()
     p = argparse.ArgumentParser(prog="playbook-operator run",
@@ -41,24 +50,40 @@ def run_parser() -> argparse.ArgumentParser:
     a("--ansible-verbosity", type=int, default=d.ansible_verbosity, help="ansible -v level 0-7 (default: %(default)s)")
     a("--ansible-roles-path", default=None, help="ANSIBLE_ROLES_PATH for the runs")
     a("--ansible-collections-path", default=None, help="ANSIBLE_COLLECTIONS_PATH for the runs")
-    a("--ansible-args", default="", help="extra arguments for ansible-playbook, e.g. '--skip-tags slow'")
+    a("--ansible-args", default="", type=_ansible_args,
+      help="extra arguments for ansible-playbook, e.g. '--skip-tags slow'")
     a("--reconcile-period", type=_duration, default=d.reconcile_period,
       help="resync period when watches.yaml sets none (default: 10h)")
     a("--max-concurrent-reconciles", type=int, default=None,
       help="runs at once per kind (default: the number of CPUs)")
     a("--max-concurrent-runs", type=int, default=0,
       help="runs at once across all kinds (default: the sum of the per-kind limits)")
-    a("--metrics-bind-address", default=d.metrics_bind_address, help="'0' disables (default: %(default)s)")
+    a("--metrics-bind-address", "--metrics-addr", dest="metrics_bind_address", default=d.metrics_bind_address,
+      help="'0' disables (default: %(default)s)")
+    a("--metrics-secure", type=_bool, nargs="?", const=True, default=d.metrics_secure,
+      help="serve /metrics over HTTPS, with a self-signed certificate as controller-runtime makes one")
+    a("--metrics-require-rbac", type=_bool, nargs="?", const=True, default=d.metrics_require_rbac,
+      help="serve /metrics only to bearer tokens allowed to GET it (TokenReview and SubjectAccessReview)")
+    a("--enable-http2", type=_bool, nargs="?", const=True, default=False,
+      help="accepted for the Go ansible-operator's sake; the endpoints speak HTTP/1.1 (its default too)")
     a("--health-probe-bind-address", default=d.health_probe_bind_address, help="(default: %(default)s)")
-    a("--leader-elect", type=_bool, nargs="?", const=True, default=False, help="elect one active replica")
+    a("--leader-elect", "--enable-leader-election", dest="leader_elect", type=_bool, nargs="?", const=True,
+      default=False, help="elect one active replica")
     a("--leader-election-id", default="", help="name of the Lease (default: playbook-operator-lock)")
     a("--leader-election-namespace", default="", help="namespace of the Lease (default: the pod's)")
-    a("--leader-election-lease-duration", type=_duration, default=d.lease_duration, dest="lease_duration")
-    a("--leader-election-renew-deadline", type=_duration, default=d.renew_deadline, dest="renew_deadline")
+    a("--leader-elect-lease-duration", "--leader-election-lease-duration", type=_duration, default=d.lease_duration,
+      dest="lease_duration")
+    a("--leader-elect-renew-deadline", "--leader-election-renew-deadline", type=_duration, default=d.renew_deadline,
+      dest="renew_deadline")
+    # Deprecated in the Go ansible-operator, where it is now always Leases, as here.
+    a("--leader-elect-resource-lock", default="leases", help=argparse.SUPPRESS)
     a("--leader-election-retry-period", type=_duration, default=d.retry_period, dest="retry_period")
     a("--graceful-shutdown-timeout", type=_duration, default=d.graceful_shutdown_timeout,
       help="how long runs may finish after SIGTERM (default: 30s)")
-    a("--ansible-log-events", choices=("Tasks", "Everything", "Nothing"), default=d.ansible_log_events)
+    a("--ansible-log-events", type=str.capitalize, choices=("Tasks", "Everything", "Nothing"),
+      default=d.ansible_log_events, help="Tasks, Everything or Nothing, any case (default: %(default)s)")
+    a("--proxy-port", type=int, default=d.proxy_port,
+      help="port of the API proxy the runs use, on 127.0.0.1; 0 picks a free one (default: %(default)s)")
     a("--log-level", "--zap-log-level", dest="log_level", default=os.environ.get("LOG_LEVEL", d.log_level),
       help="debug, info, warning, error (default: %(default)s)")
     a("--log-format", "--zap-encoder", dest="log_format", choices=("text", "json", "console"),

@@ -419,7 +419,10 @@ class RunConfig:
     reconcile_period: float = DEFAULT_RECONCILE_PERIOD
     max_concurrent_reconciles: int = 1
     max_concurrent_runs: int = 0  # 0: no cap beyond the per-kind ones
-    metrics_bind_address: str = ":8080"
+    metrics_bind_address: str = ":8443"
+    metrics_secure: bool = False
+    metrics_require_rbac: bool = False
+    proxy_port: int = 0  # the Go ansible-operator's is 8888; see OwnerProxy.start
     health_probe_bind_address: str = ":6789"
     leader_elect: bool = False
     leader_election_id: str = ""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from . import leader as leader_mod
 from .ansible import CALLBACK_DIR, COLLECTIONS_DIR
@@ -29,7 +30,7 @@ from .kube import Kube, Resource
 from .proxy import Owner, OwnerProxy, OwnWrites
 from .queue import CHANGE, Backoff, WorkQueue
 from .reconcile import Reconciler, Settings
-from .server import Endpoints
+from .server import Endpoints, MetricsSecurity
 from .watching import ObjectStore, register
 
 log = logging.getLogger("playbook_operator")
@@ -165,7 +166,8 @@ class Operator:
         cfg = self.cfg
         self._install_signals()
         kube = Kube()
-        endpoints = Endpoints(cfg.health_probe_bind_address, cfg.metrics_bind_address, self.ready)
+        endpoints = Endpoints(cfg.health_probe_bind_address, cfg.metrics_bind_address, self.ready,
+                              MetricsSecurity(cfg.metrics_secure, kube if cfg.metrics_require_rbac else None))
         await endpoints.start()
         try:
             if cfg.leader_elect:
@@ -195,6 +197,16 @@ class Operator:
         settings.watching.client_timeout = 330
         settings.watching.connect_timeout = 10
         settings.networking.error_backoffs = (0.5, 1, 2, 3, 5, 8)
+        # kopf notices CRDs installed after start by watching CRDs. The Go ansible-operator's scaffolded RBAC
+        # grants no access to them (it needs none): then kopf would log errors for 20 s before giving up.
+        try:
+            may_watch_crds = await kube.call(kube.allowed, "watch", "apiextensions.k8s.io", "customresourcedefinitions")
+        except ApiException as exc:  # the question unanswered: kopf finds out by itself, as before
+            log.warning("could not ask whether CRDs may be watched: %s", exc.reason)
+            may_watch_crds = True
+        if not may_watch_crds:
+            settings.scanning.disabled = True
+            log.info("not allowed to watch CRDs: serving the kinds of watches.yaml as found at start-up")
         reconcile_settings = Settings(cfg.reconcile_period, cfg.artifacts_dir, cfg.ansible_args, cfg.ansible_log_events)
         playbook_root = cfg.artifacts_dir / "_playbooks"
         api = ApiSession(kube.configuration)
@@ -221,7 +233,7 @@ class Operator:
                 background.add(task)
                 task.add_done_callback(background.discard)
 
-        proxy = OwnerProxy(api, cfg.inject_owner_ref, on_dependent)
+        proxy = OwnerProxy(api, cfg.inject_owner_ref, on_dependent, port=cfg.proxy_port)
         watcher.own_writes = proxy.own_writes
         await proxy.start()
         run_env = ProxyEnvironment(proxy)

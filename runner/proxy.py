@@ -187,7 +187,7 @@ class OwnWrites:
 class OwnerProxy:
     def __init__(self, api: ApiSession, inject_owner_ref: bool,
                  on_dependent: Callable[[Owner, GVK, str, bool, bool], None],
-                 kubeconfig_dir: Path | None = None) -> None:
+                 kubeconfig_dir: Path | None = None, port: int = 0) -> None:
         self.api = api
         self.inject = inject_owner_ref
         self.on_dependent = on_dependent
@@ -198,7 +198,7 @@ class OwnerProxy:
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._runner: web.AppRunner | None = None
         self._upgraded: set[web.WebSocketResponse] = set()
-        self.port = 0
+        self.port = port
 
     async def start(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -206,8 +206,9 @@ class OwnerProxy:
         app.on_shutdown.append(self._end_upgrades)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        # An ephemeral port: upstream's fixed 8888 clashes when two operators share a host.
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        # By default an ephemeral port: upstream's fixed 8888 clashes when two operators share a host, and
+        # only this operator's runs use the proxy (their kubeconfig names the port).
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         log.info("API proxy for roles on 127.0.0.1:%d (owner references %s)", self.port,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kube import Kube, find_kubectl, fresh_namespace
+from tests.kube import Kube, find_kubectl, fresh_namespace, remove_stale_test_namespaces
 
 LOCAL_CLUSTER_NAME = "test"
 E2E_CLUSTER_NAME = "e2e"
@@ -44,13 +44,21 @@ def pytest_configure(config: pytest.Config) -> None:
         config._started_e2e = not e2e.running()  # type: ignore[attr-defined]
         took = e2e.up(timeout=300)
         print(f"\nlocal cluster {E2E_CLUSTER_NAME!r} (real node) ready in {took:.1f} s ({e2e.paths.root})")
+        _remove_stale_namespaces(e2e.paths.kubeconfig)
         os.environ["E2E_KUBECONFIG"] = str(e2e.paths.kubeconfig)
     cluster = LocalCluster(LOCAL_CLUSTER_NAME)
     config._started_cluster = not cluster.running()  # type: ignore[attr-defined]
     took = cluster.up()
     print(f"\nlocal cluster {LOCAL_CLUSTER_NAME!r} ready in {took:.1f} s ({cluster.paths.root})")
+    _remove_stale_namespaces(cluster.paths.kubeconfig)
     os.environ["KUBECONFIG"] = str(cluster.paths.kubeconfig)
     os.environ["PATH"] = f"{binary('kubectl').parent}:{os.environ['PATH']}"
+
+
+def _remove_stale_namespaces(kubeconfig: Path) -> None:
+    removed = remove_stale_test_namespaces(kubeconfig)
+    if removed:
+        print(f"removed {len(removed)} test namespaces an earlier session left: {', '.join(removed)}")
 
 
 def _wants_cluster(config: pytest.Config) -> bool:
@@ -70,7 +78,7 @@ def _wants_e2e(config: pytest.Config) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # tests/integration talks to a real cluster (unit tests use fakes; script tests use real PostgreSQL).
     for item in items:
-        if "/tests/integration/" in str(item.path):
+        if "/tests/integration/" in str(item.path) or "/tests/compat/" in str(item.path):
             item.add_marker(pytest.mark.cluster)
         if "/tests/e2e/" in str(item.path):
             item.add_marker(pytest.mark.cluster)

@@ -92,12 +92,50 @@ def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, inter
         time.sleep(interval)
 
 
+TEST_NAMESPACE_LABEL = "playbook-operator.test/namespace"
+
+
+def remove_stale_test_namespaces(kubeconfig: Path, older_than: float = 600, timeout: float = 180) -> list[str]:
+    """Deletes the test namespaces a killed session left on a local cluster (its etcd outlives the session),
+    whose servers would otherwise hold the node's CPU and leave this session's pods Pending. Only those older
+    than ``older_than`` seconds: a younger one may belong to a session running beside this one. Their custom
+    objects' finalizers are dropped first: the operators that would honour them are gone."""
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    core = client.CoreV1Api(api)
+    now = time.time()
+    stale = [ns.metadata.name for ns in core.list_namespace(label_selector=TEST_NAMESPACE_LABEL).items
+             if now - ns.metadata.creation_timestamp.timestamp() > older_than]
+    if not stale:
+        return []
+    drop_finalizers(api, stale)
+    for ns in stale:
+        core.delete_namespace(ns, propagation_policy="Background")
+    wait_for(f"the stale test namespaces {stale} to go", lambda: not [
+        ns for ns in core.list_namespace(label_selector=TEST_NAMESPACE_LABEL).items if ns.metadata.name in stale],
+        timeout=timeout, interval=1)
+    return stale
+
+
+def drop_finalizers(api: client.ApiClient, namespaces: list[str]) -> None:
+    """Drops the finalizers of every custom object in these namespaces: for objects whose operator is gone."""
+    custom = client.CustomObjectsApi(api)
+    kinds = [(crd.spec.group, next(v.name for v in crd.spec.versions if v.storage), crd.spec.names.plural)
+             for crd in client.ApiextensionsV1Api(api).list_custom_resource_definition().items
+             if crd.spec.scope == "Namespaced"]
+    for namespace in namespaces:
+        for group, version, plural in kinds:
+            for obj in custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]:
+                if obj["metadata"].get("finalizers"):
+                    custom.patch_namespaced_custom_object(group, version, namespace, plural,
+                                                          obj["metadata"]["name"], {"metadata": {"finalizers": None}})
+
+
 def fresh_namespace(kube: Kube, test_name: str) -> Iterator[str]:
     """A new namespace named after the test, deleted (in the background) when the generator resumes."""
     base = test_name.split("[")[0].lower().replace("_", "-").removeprefix("test-")[:40].strip("-")
     name = f"t-{base}-{uuid.uuid4().hex[:6]}"
     kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-        name=name, labels={"playbook-operator.test/namespace": "true"})))
+        name=name, labels={TEST_NAMESPACE_LABEL: "true"})))
     # Pods are refused until the ServiceAccount controller has made the namespace's "default" account.
     wait_for(f"the ServiceAccount default in {name}",
              lambda: kube.core.read_namespaced_service_account("default", name), timeout=60)

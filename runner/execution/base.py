@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -37,11 +38,24 @@ class RunRequest:
         for name in ("envvars", "extravars", "settings", "cmdline"):
             (self.private_data_dir / "env" / name).unlink(missing_ok=True)
 
+    @property
+    def inventory(self) -> Path:
+        return self.private_data_dir / "inventory"
+
     def prepare_dir(self) -> None:
-        inv = self.private_data_dir / "inventory" / "hosts"
-        if not inv.exists():
-            inv.parent.mkdir(parents=True, exist_ok=True)
-            inv.write_text(INVENTORY)
+        """The run's inventory, as the Go ansible-operator writes it: the operator's ANSIBLE_INVENTORY (a
+        directory copied whole, with its group_vars; a file as hosts), read again for every run so that an
+        edit applies to the next one; without it, localhost alone."""
+        given = os.environ.get("ANSIBLE_INVENTORY", "")
+        shutil.rmtree(self.inventory, ignore_errors=True)
+        if given and Path(given).is_dir():
+            shutil.copytree(given, self.inventory, symlinks=True)
+            return
+        self.inventory.mkdir(parents=True, exist_ok=True)
+        if given and Path(given).is_file():
+            shutil.copyfile(given, self.inventory / "hosts")
+        else:
+            (self.inventory / "hosts").write_text(INVENTORY)
 
 
 @dataclass

@@ -52,7 +52,7 @@ class ColdExecutor:
             private_data_dir=str(request.private_data_dir),
             ident=request.ident,
             playbook=str(request.playbook),
-            inventory=str(request.private_data_dir / "inventory" / "hosts"),
+            inventory=str(request.inventory),
             extravars=request.extravars,
             envvars=envvars,
             verbosity=request.verbosity or None,

@@ -99,7 +99,7 @@ class WarmExecutor:
         fd = os.open(extravars, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             json.dump(request.extravars, fh)
-        argv = ["ansible-playbook", "-i", str(request.private_data_dir / "inventory" / "hosts"),
+        argv = ["ansible-playbook", "-i", str(request.inventory),
                 "-e", f"@{extravars}"]
         if request.verbosity:
             argv.append("-" + "v" * request.verbosity)

@@ -1,8 +1,8 @@
 """The operator_sdk.util modules work with the kubernetes client a Go ansible-operator image ships.
 
-That image (v1.42) pins kubernetes 33.1.0, generated before the client's ``param_serialize``; this project's
-venv has a newer one. The playbook runs with 33.1.0 first on its Python path, as a role written for that
-image would, and writes a status and an Event through both client generations.
+That image (v1.42) pins kubernetes 33.1.0, generated before the client's ``param_serialize``, as this project's
+default install does; the ansible-core 2.19 choice has 37.0.2. The playbook runs with each first on its Python
+path (and with the venv's own), and writes a status and an Event through both client generations.
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from runner.ansible import COLLECTIONS_DIR
 from tests.kube import Kube
 from tests.operator import Widgets
 
-# The oldest client supported: the Go ansible-operator v1.42 image's (images/ansible-operator/Pipfile).
+# The oldest client supported: the Go ansible-operator v1.42 image's (images/ansible-operator/Pipfile), which
+# the default install has too; the newest: what the ansible-core 2.19 choice installs
+# (constraints-ansible-core-2.19.txt), generated with ApiClient.param_serialize.
 OLDEST_CLIENT = ["kubernetes==33.1.0"]
+NEWEST_CLIENT = ["kubernetes==37.0.2"]
 
 
 def _client_dir(pins: list[str]) -> Path | None:
@@ -37,7 +40,8 @@ def _client_dir(pins: list[str]) -> Path | None:
     return target
 
 
-@pytest.mark.parametrize("pins", [OLDEST_CLIENT, []], ids=["kubernetes-33.1.0", "venv-client"])
+@pytest.mark.parametrize("pins", [OLDEST_CLIENT, NEWEST_CLIENT, []],
+                         ids=["kubernetes-33.1.0", "kubernetes-37.0.2", "venv-client"])
 def test_k8s_status_and_k8s_event_work_with_either_client(kube: Kube, namespace: str, widgets: Widgets,
                                                           tmp_path: Path, pins: list[str]) -> None:
     widgets.create("w", {"size": 1})

@@ -15,6 +15,7 @@ def test_defaults_follow_the_ansible_operator(monkeypatch: pytest.MonkeyPatch) -
     assert (cfg.lease_duration, cfg.renew_deadline, cfg.retry_period) == (15, 10, 2)
     assert cfg.graceful_shutdown_timeout == 30 and cfg.ansible_log_events == "Tasks"
     assert cfg.health_probe_bind_address == ":6789" and not cfg.leader_elect and cfg.watch_namespaces == ()
+    assert cfg.metrics_bind_address == ":8443" and not cfg.metrics_secure and not cfg.metrics_require_rbac
 
 
 def test_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,3 +37,22 @@ def test_bad_duration_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         run_parser().parse_args(["--reconcile-period", "ten minutes"])
     assert "'ten minutes' is not a duration" in capsys.readouterr().err
+
+
+def test_the_go_operators_spellings_and_the_scaffolded_manager_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    # config/default + config/manager of a project scaffolded by operator-sdk v1.42 (the advanced molecule
+    # sample's, tests/compat), its --ansible-args quoted in YAML as the scaffold quotes it
+    monkeypatch.delenv("WATCH_NAMESPACE", raising=False)
+    cfg = config_from_args(run_parser().parse_args([
+        "--watches-file=./watches.yaml", "--metrics-require-rbac", "--metrics-secure", "--metrics-bind-address=:8443",
+        "--leader-elect", "--leader-election-id=advanced-molecule-operator",
+        "--ansible-args='--vault-password-file /opt/ansible/pwd.yml'", "--health-probe-bind-address=:6789"]))
+    assert cfg.metrics_secure and cfg.metrics_require_rbac and cfg.leader_elect
+    assert cfg.ansible_args == "--vault-password-file /opt/ansible/pwd.yml"  # two arguments for ansible-playbook
+    cfg = config_from_args(run_parser().parse_args([
+        "--metrics-addr=:9090", "--enable-leader-election", "--leader-elect-lease-duration=20s",
+        "--leader-elect-renew-deadline=12s", "--leader-elect-resource-lock=leases", "--ansible-log-events=tasks",
+        "--proxy-port=8888", "--enable-http2=false", "--metrics-secure=false"]))
+    assert cfg.metrics_bind_address == ":9090" and cfg.leader_elect and not cfg.metrics_secure
+    assert (cfg.lease_duration, cfg.renew_deadline) == (20, 12)
+    assert cfg.ansible_log_events == "Tasks" and cfg.proxy_port == 8888

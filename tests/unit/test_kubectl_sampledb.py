@@ -36,8 +36,10 @@ FAILED_TASKS = ("the restore Job inventory-restore failed (see its logs)\n"
 
 def api_error(status: int, message: str = "") -> ApiException:
     reason = {403: "Forbidden", 404: "Not Found", 409: "Conflict"}.get(status, "Error")
-    return ApiException(status=status, reason=reason, body=json.dumps(
-        {"kind": "Status", "status": "Failure", "message": message, "reason": reason, "code": status}))
+    exc = ApiException(status=status, reason=reason)  # kubernetes < 34 takes no body here
+    exc.body = json.dumps({"kind": "Status", "status": "Failure", "message": message, "reason": reason,
+                           "code": status})
+    return exc
 
 
 def forbidden(verb: str, resource: str, group: str = "") -> ApiException:

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import WSMsgType, web
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.stream import stream
+from kubernetes.stream import stream, ws_client
 
 from runner.apisession import ApiSession
 from runner.config import GVK
@@ -26,6 +26,8 @@ pytestmark = pytest.mark.timeout(60)
 
 OPERATOR_TOKEN = "operator-token"
 V4 = "v4.channel.k8s.io"
+# kubernetes >= 34 offers v5 first (its CLOSE frame ends stdin); older clients offer v4 alone
+CLIENT_OFFER = ["v5.channel.k8s.io", V4] if hasattr(ws_client, "V5_CHANNEL_PROTOCOL") else [V4]
 STDIN, STDOUT, STDERR, ERROR = 0, 1, 2, 3
 OWNER = Owner("example.com/v1", "Bench", "b", "ns", "uid-1", GVK("example.com", "v1", "Bench"))
 
@@ -104,7 +106,8 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     cfg = client.Configuration()
     cfg.host = f"http://127.0.0.1:{port}"
-    cfg.api_key["BearerToken"] = f"Bearer {OPERATOR_TOKEN}"  # as the kubeconfig loader stores a token
+    # as the kubeconfig loader stores a token: under "BearerToken" (kubernetes >= 34) or "authorization"
+    cfg.api_key["BearerToken"] = cfg.api_key["authorization"] = f"Bearer {OPERATOR_TOKEN}"
     api = ApiSession(cfg)
     dependents: list[Any] = []
     proxy = OwnerProxy(api, True, lambda *args: dependents.append(args), kubeconfig_dir=tmp_path / "kubeconfigs")
@@ -137,7 +140,8 @@ def cat_through(kubeconfig: Path) -> tuple[str | None, str]:
         resp.write_stdin("ping\n")
         resp.write_stdin(b"pong\n")
         lines = [resp.readline_stdout(timeout=10), resp.readline_stdout(timeout=10)]
-        return resp.subprotocol, "|".join(line or "" for line in lines)
+        # kubernetes < 34 offers v4 only and does not record the choice
+        return getattr(resp, "subprotocol", V4), "|".join(line or "" for line in lines)
     finally:
         resp.close()
 
@@ -163,7 +167,7 @@ def test_exec_output_arrives_through_the_proxy(tmp_path: Path) -> None:
     assert out == "hi\nto stderr\n"
     # The run's basic-auth token was accepted by the proxy and never reached the API server: the operator's did.
     assert h.upstream.authorizations == [f"Bearer {OPERATOR_TOKEN}"]
-    assert h.upstream.offered == ["v5.channel.k8s.io", V4]  # the client's offer, passed on as it is
+    assert h.upstream.offered == CLIENT_OFFER  # the client's offer, passed on as it is
     assert left == []
     assert h.dependents == [] and len(h.proxy.own_writes._rvs) == 0  # a subresource: nothing owned, no write
 
