@@ -116,6 +116,22 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+@contextmanager
+def staged(root: Path, key: str) -> Iterator[Path]:
+    """A work directory beside `root` that replaces it, marked COMPLETE with `key`, only when the body finishes:
+    a killed or failed build leaves the cache as it was."""
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root.parent))
+    try:
+        yield tmp
+        (tmp / "COMPLETE").write_text(key + "\n")
+        if root.exists():
+            shutil.rmtree(root)
+        tmp.rename(root)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _log(msg: str) -> None:
     print(f"[cluster build] {msg}", file=sys.stderr, flush=True)
 
@@ -155,8 +171,7 @@ def build(force: bool = False) -> Path:
         env = _go_env(go)
         total_start = time.monotonic()
         _log(f"building the control plane into {root} (first time only; about 11 minutes on 2 cores)")
-        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root.parent))
-        try:
+        with staged(root, paths.version_key()) as tmp:
             (tmp / "bin").mkdir()
             for i, comp in enumerate(COMPONENTS, 1):
                 start = time.monotonic()
@@ -170,12 +185,5 @@ def build(force: bool = False) -> Path:
             docs = [(kwok_src / f).read_text().strip() for f in KWOK_STAGE_FILES]
             (tmp / "kwok-stages.yaml").write_text("\n---\n".join(docs) + "\n")
             shutil.copyfile(kwok_src / KWOK_STORAGE_CLASS, tmp / "kwok-storage-class.yaml")
-            (tmp / "COMPLETE").write_text(paths.version_key() + "\n")
-            if root.exists():
-                shutil.rmtree(root)
-            tmp.rename(root)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
         _log(f"control plane built in {time.monotonic() - total_start:.0f} s")
         return root

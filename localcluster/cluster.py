@@ -36,7 +36,7 @@ DEFAULT_NAME = "default"
 NODE_COUNT = 3
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 CONTROL_PLANE = START_ORDER[:4]
-NODE_ORDER = ("containerd", "coredns", "kubelet", "kube-proxy", "local-path-provisioner")
+NODE_ORDER = ("containerd", "registry", "coredns", "kubelet", "kube-proxy", "local-path-provisioner")
 
 
 class ClusterError(RuntimeError):
@@ -176,7 +176,8 @@ class LocalCluster:
 
         urls = {"kubelet": f"http://127.0.0.1:{n.KUBELET_HEALTHZ_PORT}/healthz",
                 "kube-proxy": f"http://127.0.0.1:{n.PROXY_HEALTHZ_PORT}/healthz",
-                "coredns": f"http://127.0.0.1:{n.COREDNS_HEALTH_PORT}/health"}
+                "coredns": f"http://127.0.0.1:{n.COREDNS_HEALTH_PORT}/health",
+                "registry": f"http://127.0.0.1:{n.REGISTRY_PORT}/v2/"}
         if component in urls:
             return self._get(urls[component])[0] == 200
         if component == "containerd":
@@ -368,6 +369,7 @@ class LocalCluster:
                     built = pool.submit(images.build_all)
                     build.build()
                     nodebuild.build_node()
+                    nodebuild.build_registry()
                     archives = built.result()
             else:
                 build.build()
@@ -419,6 +421,11 @@ class LocalCluster:
             self._start("containerd", ports)
         self._wait("containerd", lambda: self.node_healthy("containerd") is True, 30, "containerd")
         self.node.import_images(archives, log=lambda m: print(f"[cluster] {m}", file=sys.stderr, flush=True))
+        if not live["registry"]:
+            self._start("registry", ports)
+        self._wait("the node's registry", lambda: self.node_healthy("registry") is True, 30, "registry")
+        self.node.push_images({s.ref: images.build(s) for s in images.registry_specs()},
+                              log=lambda m: print(f"[cluster] {m}", file=sys.stderr, flush=True))
         for c in ("coredns", "kubelet", "kube-proxy", "local-path-provisioner"):
             if not live[c]:
                 self._start(c, ports)
@@ -436,7 +443,7 @@ class LocalCluster:
         stopped = []
         with self._locked():
             node_state = self.node.layout.state_file.exists() or self.real_node
-            for c in ("local-path-provisioner", "kube-proxy", "kubelet", "coredns"):
+            for c in ("local-path-provisioner", "kube-proxy", "kubelet", "coredns", "registry"):
                 if self._stop(c):
                     stopped.append(c)
             if node_state:

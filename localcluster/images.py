@@ -65,6 +65,12 @@ DEBIAN_POSTGRES: dict[str, str] = {"15.18": "15.18-0+deb12u1", "15.20": "15.20-0
 POSTGRES18_VERSION = "18.6"
 POSTGRES_VERSIONS: tuple[str, ...] = (*DEBIAN_POSTGRES, POSTGRES18_VERSION)
 
+# Served by the node's registry rather than imported: pods that name it without a tag (so always pull it),
+# as the Go ansible-operator's e2e test operator does. Debian's busybox-static, laid out as Docker's library
+# image is (one link per applet in /bin, sh as the command).
+BUSYBOX_REF = "docker.io/library/busybox:latest"
+BUSYBOX_DEB = "1:1.35.0-4+deb12u1+b1"
+
 POSTGRES_UID = 999  # the official postgres image's; Debian's adduser would give 100/102
 OPERATOR_UID = 1001
 PG_DATA = "/var/lib/postgresql/data"
@@ -516,6 +522,8 @@ class ImageSpec:
             d["packages"] = _exporter_packages()
         elif self.kind == "operator":
             d["base"] = _operator_base_key(self.project)
+        elif self.kind == "busybox":
+            d = {**d, "packages": [f"busybox-static={self.version}"], "dpkg": []}
         return d
 
     def key(self) -> str:
@@ -545,6 +553,11 @@ def specs(include_operator: bool = False) -> list[ImageSpec]:
     if include_operator:
         out.append(ImageSpec("sampledb-operator-latest", OPERATOR_REF, "operator"))
     return out
+
+
+def registry_specs() -> list[ImageSpec]:
+    """The images the node's registry serves (pushed at `cluster up --real-node`, never imported)."""
+    return [ImageSpec("busybox-1.35.0", BUSYBOX_REF, "busybox", BUSYBOX_DEB)]
 
 
 def _debian_postgres_packages(version: str) -> list[str]:
@@ -894,6 +907,32 @@ def _build_helper(spec: ImageSpec, work: Path, log: Path) -> tuple[list[Layer], 
                                  history=f"localcluster.images {spec.ref}")
 
 
+def _build_busybox(spec: ImageSpec, work: Path, log: Path) -> tuple[list[Layer], dict[str, Any]]:
+    _run(["apt-get", "download", f"busybox-static={spec.version}"], "apt-get download busybox-static", log, cwd=work)
+    deb = next(work.glob("busybox-static_*.deb"))
+    unpacked = work / "deb"
+    _run(["dpkg-deb", "-x", str(deb), str(unpacked)], "dpkg-deb -x busybox-static", log)
+    tree = work / "rootfs"
+    for d, mode in (("bin", 0o755), ("etc", 0o755), ("root", 0o700), ("tmp", 0o1777), ("home", 0o755),
+                    ("var/spool/mail", 0o755), ("usr/sbin", 0o755)):
+        (tree / d).mkdir(parents=True, exist_ok=True)
+        (tree / d).chmod(mode)
+    busybox = tree / "bin" / "busybox"
+    shutil.copy2(unpacked / "bin" / "busybox", busybox)
+    for applet in sorted(set(_run([str(busybox), "--list"], "busybox --list", log).stdout.split()) - {"busybox"}):
+        (tree / "bin" / applet).symlink_to("busybox")
+    (tree / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n")
+    (tree / "etc" / "group").write_text("root:x:0:\nnobody:x:65534:\n")
+
+    def owner(ti: tarfile.TarInfo) -> tarfile.TarInfo:
+        ti.uid = ti.gid = 0
+        return ti
+
+    layer = write_layer(tree, work / "layer.tar.gz", tar_filter=owner)
+    return [layer], image_config([layer], env={"PATH": STD_PATH}, cmd=["sh"],
+                                 history=f"localcluster.images {spec.ref} (Debian busybox-static {spec.version})")
+
+
 def _build_exporter(spec: ImageSpec, work: Path, log: Path) -> tuple[list[Layer], dict[str, Any]]:
     _require_root(spec)
     root = work / "rootfs"
@@ -1192,6 +1231,7 @@ def _build_operator(spec: ImageSpec, work: Path, log: Path) -> tuple[list[Layer]
 
 RECIPES: dict[str, Callable[[ImageSpec, Path, Path], tuple[list[Layer], dict[str, Any]]]] = {
     "pause": _build_pause,
+    "busybox": _build_busybox,
     "helper": _build_helper,
     "exporter": _build_exporter,
     "debian-postgres": _build_debian_postgres,
@@ -1264,11 +1304,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="rebuild even when the cache has the archive")
     ap.add_argument("--list", action="store_true", help="print the images and their archive paths, build nothing")
     args = ap.parse_args(argv)
-    chosen = specs(include_operator=args.operator or any("operator" in o for o in args.only))
+    chosen = specs(include_operator=args.operator or any("operator" in o for o in args.only)) + registry_specs()
     if args.only:
         chosen = [s for s in chosen if s.name in args.only or s.ref in args.only]
         if not chosen:
-            names = ", ".join(s.name for s in specs(True))
+            names = ", ".join(s.name for s in specs(True) + registry_specs())
             print(f"no image named {', '.join(args.only)}; known: {names}", file=sys.stderr)
             return 2
     try:

@@ -21,6 +21,8 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,9 +38,13 @@ KUBELET_HEALTHZ_PORT = 10248
 PROXY_HEALTHZ_PORT = 10256
 PROXY_METRICS_PORT = 10249
 COREDNS_HEALTH_PORT = 10254
+# The node's registry (host loopback, one real node per machine): what containerd pulls docker.io images
+# from, so that a pod which always pulls its image (no tag, or :latest) still gets it, from this machine.
+REGISTRY_PORT = 5000
+REGISTRY_NAMESPACE = "registry-seed"  # containerd namespace the registry's images are pushed from
 LOCAL_PATH_NAMESPACE = "local-path-storage"
 STORAGE_CLASS = "local-path"
-COMPONENTS = ("containerd", "coredns", "kubelet", "kube-proxy", "local-path-provisioner")
+COMPONENTS = ("containerd", "registry", "coredns", "kubelet", "kube-proxy", "local-path-provisioner")
 # Machine-wide: which cluster owns the one real node.
 OWNER_FILE = Path("/run/playbook-operator/real-node.owner")
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
@@ -46,6 +52,10 @@ CHAIN_PREFIXES = ("KUBE-", "CNI-")
 
 class NodeError(RuntimeError):
     pass
+
+
+# The registry is on loopback: no proxy from the environment applies.
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def node_name(cluster: str) -> str:
@@ -96,6 +106,7 @@ class NodeLayout:
     cni_conf = property(lambda self: self.root / "cni" / "net.d")
     cni_ipam = property(lambda self: self.run / "cni-ipam")
     volumes = property(lambda self: self.root / "local-path")
+    registry = property(lambda self: self.root / "registry")
     config = property(lambda self: self.root / "config")
     state_file = property(lambda self: self.root / "node.json")
 
@@ -198,16 +209,27 @@ class RealNode:
     def write_config(self, apiserver_url: str) -> None:
         lay = self.layout
         for d in (lay.containerd_root, lay.containerd_state, lay.kubelet_root, lay.cni_conf, lay.volumes,
-                  lay.config, lay.cni_ipam, lay.runc_root):
+                  lay.config, lay.cni_ipam, lay.runc_root, lay.registry):
             d.mkdir(parents=True, exist_ok=True)
         if not self.pki.kubelet_serving_crt.exists():
             self.pki.generate_node(self.name, NODE_IP)
         cfg = lay.config
         hosts = cfg / "registry" / "_default"
         hosts.mkdir(parents=True, exist_ok=True)
-        # Every image is imported before use; a pull of anything else must fail here, not go out.
+        # Every image is imported before use or served by the node's registry (docker.io's); a pull of
+        # anything else must fail here, not go out.
         (hosts / "hosts.toml").write_text('server = "http://127.0.0.1:9"\n\n[host."http://127.0.0.1:9"]\n'
                                           '  capabilities = ["pull", "resolve"]\n')
+        registry = f"http://127.0.0.1:{REGISTRY_PORT}"
+        (cfg / "registry" / "docker.io").mkdir(exist_ok=True)
+        (cfg / "registry" / "docker.io" / "hosts.toml").write_text(
+            f'server = "{registry}"\n\n[host."{registry}"]\n  capabilities = ["pull", "resolve"]\n')
+        (cfg / "registry.yml").write_text(json.dumps({
+            "version": "0.1", "log": {"level": "warn"},
+            "storage": {"filesystem": {"rootdirectory": str(lay.registry)},
+                        "maintenance": {"uploadpurging": {"enabled": False}}},
+            "http": {"addr": f"127.0.0.1:{REGISTRY_PORT}"},
+        }, indent=2) + "\n")
         (cfg / "containerd.toml").write_text(f"""version = 3
 root = "{lay.containerd_root}"
 state = "{lay.containerd_state}"
@@ -316,6 +338,8 @@ state = "{lay.containerd_state}"
                     f"--nodeport-addresses={NODE_IP}/32"]
         if component == "coredns":
             return [bin_, "-conf", str(cfg / "Corefile")]
+        if component == "registry":
+            return [str(nodebuild.registry_binary()), "serve", str(cfg / "registry.yml")]
         if component == "local-path-provisioner":
             return [bin_, "start", f"--kubeconfig={self.kubeconfig}", f"--namespace={LOCAL_PATH_NAMESPACE}",
                     f"--helper-image={images.HELPER_REF}"]
@@ -327,6 +351,8 @@ state = "{lay.containerd_state}"
         env["PATH"] = f"{nodebuild.binary('containerd').parent}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
         for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             env.pop(var, None)
+        if component == "registry":
+            env["OTEL_TRACES_EXPORTER"] = "none"  # its default sends traces to an OTLP collector
         return env
 
     def bootstrap_manifests(self) -> str:
@@ -356,9 +382,10 @@ state = "{lay.containerd_state}"
         return "\n---\n".join(json.dumps(d) for d in docs)
 
     # ------------------------------------------------------------- images
-    def ctr(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    def ctr(self, *args: str, check: bool = True, timeout: float = 600,
+            namespace: str = "k8s.io") -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([str(nodebuild.binary("ctr")), "--address", str(self.layout.containerd_sock),
-                               "--namespace", "k8s.io", *args], capture_output=True, text=True, timeout=timeout)
+                               "--namespace", namespace, *args], capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise NodeError(f"ctr {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc
@@ -377,6 +404,35 @@ state = "{lay.containerd_state}"
             t0 = time.monotonic()
             self.ctr("images", "import", "--snapshotter", "overlayfs", str(archive))
             log(f"imported {ref} in {time.monotonic() - t0:.0f} s")
+
+    def registry_digest(self, ref: str) -> str | None:
+        """The manifest digest the node's registry serves for a docker.io reference, or None."""
+        repo, tag = ref.removeprefix("docker.io/").rsplit(":", 1)
+        req = urllib.request.Request(f"http://127.0.0.1:{REGISTRY_PORT}/v2/{repo}/manifests/{tag}", method="HEAD",
+                                     headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+        try:
+            with _NO_PROXY.open(req, timeout=10) as resp:
+                return resp.headers.get("Docker-Content-Digest")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise NodeError(f"the node's registry answered {exc.code} for {ref}") from exc
+
+    def push_images(self, archives: dict[str, Path], log=print) -> None:
+        """Puts each docker.io archive into the node's registry unless it serves that exact manifest: imported
+        into a containerd namespace of its own (not the kubelet's, whose pulls must go to the registry), then
+        pushed with ctr."""
+        for ref, archive in archives.items():
+            digest = archive_digest(archive)
+            if self.registry_digest(ref) == digest:
+                continue
+            t0 = time.monotonic()
+            self.ctr("images", "import", "--snapshotter", "overlayfs", str(archive), namespace=REGISTRY_NAMESPACE)
+            remote = f"127.0.0.1:{REGISTRY_PORT}/{ref.removeprefix('docker.io/')}"
+            self.ctr("images", "push", "--plain-http", remote, ref, namespace=REGISTRY_NAMESPACE)
+            if self.registry_digest(ref) != digest:
+                raise NodeError(f"pushed {ref} to the node's registry, which then served another digest")
+            log(f"pushed {ref} to the node's registry in {time.monotonic() - t0:.0f} s")
 
     # ------------------------------------------------------------- stopping what the node left
     def kill_containers(self) -> int:

@@ -4,7 +4,8 @@ kubelet and kube-proxy come from the control plane's wrapper module (they share 
 containerd and runc carry replace/exclude directives that `go install` refuses, so they are built
 from their own module tree as the main module; the CNI plugins, CoreDNS and the local-path
 provisioner install as they are. Like the control plane, the result is renamed into the cache only
-when complete.
+when complete. The node's registry (CNCF Distribution) is built the same way into a directory of its own
+version.
 """
 
 from __future__ import annotations
@@ -144,8 +145,7 @@ def build_node(force: bool = False) -> Path:
         env.setdefault("GOTOOLCHAIN", "auto")
         started = time.monotonic()
         _log(f"building the real node into {root} (first time only; about 10 minutes on 2 cores)")
-        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root.parent))
-        try:
+        with build.staged(root, paths.node_version_key()) as tmp:
             (tmp / "bin").mkdir()
             for i, comp in enumerate(COMPONENTS, 1):
                 t0 = time.monotonic()
@@ -155,12 +155,27 @@ def build_node(force: bool = False) -> Path:
                 if missing:
                     raise BuildError(f"building {comp.name} left no {', '.join(missing)}")
                 _log(f"[node {i}/{len(COMPONENTS)}] {comp.name} built in {time.monotonic() - t0:.0f} s")
-            (tmp / "COMPLETE").write_text(paths.node_version_key() + "\n")
-            if root.exists():
-                shutil.rmtree(root)
-            tmp.rename(root)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
         _log(f"real node built in {time.monotonic() - started:.0f} s")
         return root
+
+
+def registry_binary() -> Path:
+    return paths.registry_binaries_dir() / "bin" / "registry"
+
+
+def build_registry(force: bool = False) -> Path:
+    """The node's registry (distribution's cmd/registry), built once per version; returns its binary."""
+    root = paths.registry_binaries_dir()
+    with _locked(paths.cache_root() / "node" / ".build.lock"):
+        if (root / "COMPLETE").exists() and registry_binary().exists() and not force:
+            return registry_binary()
+        go = build.find_go()
+        env = dict(os.environ)
+        env.setdefault("GOTOOLCHAIN", "auto")
+        started = time.monotonic()
+        _log(f"building the node's registry (distribution v{paths.REGISTRY_VERSION}) into {root} (about 2 minutes)")
+        with build.staged(root, paths.REGISTRY_VERSION) as tmp:
+            _go_install(f"github.com/distribution/distribution/v3/cmd/registry@v{paths.REGISTRY_VERSION}", "bin")(
+                go, tmp, env)
+        _log(f"registry built in {time.monotonic() - started:.0f} s")
+        return registry_binary()

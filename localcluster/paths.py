@@ -15,6 +15,8 @@ RUNC_VERSION = "1.3.3"
 CNI_PLUGINS_VERSION = "1.8.0"
 COREDNS_VERSION = "1.12.4"
 LOCAL_PATH_PROVISIONER_VERSION = "0.0.30"
+# The node's registry (CNCF Distribution): kept apart from the node's key so that adding it rebuilt nothing.
+REGISTRY_VERSION = "3.1.2"
 
 GOMOD_DIR = Path(__file__).resolve().parent / "gomod"
 
@@ -41,6 +43,10 @@ def node_version_key() -> str:
 def node_binaries_dir() -> Path:
     """The real node's binaries, keyed like the control plane's."""
     return cache_root() / "node" / node_version_key()
+
+
+def registry_binaries_dir() -> Path:
+    return cache_root() / "node" / f"registry-{REGISTRY_VERSION}"
 
 
 def binaries_dir() -> Path:

@@ -3,8 +3,7 @@
 run as upstream's verify.yml runs them, so each asserts exactly what upstream asserts (see tests/compat/upstream.py
 for how the image and the Deployment are reproduced).
 
-subresourcestest is not here yet: its busybox pod must really run, and the real node has no image
-`busybox` to pull (upstream's pod names no tag, so it is always pulled).
+subresourcestest is in tests/e2e/test_upstream_subresources.py: its busybox pod must really run.
 """
 
 from __future__ import annotations
@@ -16,19 +15,17 @@ from pathlib import Path
 import pytest
 
 from tests.compat.upstream import (
+    ANSIBLE_CORES,
     NAMESPACE,
     PROJECT,
     UpstreamOperator,
-    delete_test_objects,
-    python_of,
-    remove_test_namespaces,
     run_upstream_test,
+    upstream_operator_running,
 )
 from tests.kube import Kube
 
 pytestmark = pytest.mark.xdist_group("compat")  # one namespace (osdk-test) and fixed ports: one at a time
 
-ANSIBLE_CORES = ["2.18", "2.19"]  # the default install first
 UPSTREAM_TESTS = sorted(p.name for p in (PROJECT / "molecule" / "default" / "tasks").glob("*_test.yml")
                         if p.name != "subresourcestest_test.yml")
 
@@ -41,17 +38,8 @@ def test_every_upstream_test_file_is_run() -> None:
 @pytest.fixture(scope="module", params=ANSIBLE_CORES, ids=lambda v: f"ansible-core-{v}")
 def upstream_operator(request: pytest.FixtureRequest, kube: Kube,
                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamOperator]:
-    python = python_of(request.param)
-    remove_test_namespaces(kube)  # a run killed earlier may have left them
-    op = UpstreamOperator(kube, python, tmp_path_factory.mktemp(f"upstream-{request.param}"), request.param).start()
-    try:
+    with upstream_operator_running(kube, request.param, tmp_path_factory.mktemp(f"upstream-{request.param}")) as op:
         yield op
-    finally:
-        try:
-            delete_test_objects(kube)
-        finally:
-            op.stop()
-            remove_test_namespaces(kube)
 
 
 # What ansible-core 2.19's templating does to upstream's own test operator (README, "The Ansible underneath"):

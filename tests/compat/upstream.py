@@ -16,12 +16,15 @@ namespace osdk-test. Here, on a cluster whose pods need not run:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shlex
 import shutil
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,19 +37,24 @@ PROJECT = Path(__file__).resolve().parent / "advanced-molecule-operator"
 NAMESPACE = "osdk-test"  # upstream's TEST_OPERATOR_NAMESPACE; two of its tests spell it out
 EXTERNAL_NAMESPACE = "externalnamespace"  # made by the ClusterAnnotationTest playbook
 SERVICE_ACCOUNT = "osdk-controller-manager"
-HEALTH_PORT = 6789
+HEALTH_PORT = 6789  # the Deployment's (--health-probe-bind-address=:6789)
+METRICS_PORT = 8443  # config/default's metrics patch (--metrics-bind-address=:8443)
 USER_UID = 1001  # the base image's USER
 
 # The image's ENTRYPOINT, then the Deployment's args as config/testing renders them (the metrics patch
 # first). In YAML the --ansible-args item is a plain scalar: its single quotes are part of the argument.
 ENTRYPOINT = ["run", "--watches-file=./watches.yaml"]
+ANSIBLE_CORES = ["2.18", "2.19"]  # the default install (the Go image's Ansible) first
 
 
 def python_of(ansible_core: str) -> Path:
     """The venv for an ansible-core choice, made (or brought up to date) by the Makefile, the one place
     that knows how."""
-    out = subprocess.run(["make", "-s", "--no-print-directory", "venv-python", f"ANSIBLE_CORE={ansible_core}"],
-                         cwd=ROOT, check=True, timeout=900, capture_output=True, text=True).stdout
+    # one make at a time: the compat group (kwok) and the e2e group may ask for the same venv at once
+    with open(ROOT / ".venv-python.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = subprocess.run(["make", "-s", "--no-print-directory", "venv-python", f"ANSIBLE_CORE={ansible_core}"],
+                             cwd=ROOT, check=True, timeout=900, capture_output=True, text=True).stdout
     return Path(out.strip().splitlines()[-1])
 
 
@@ -58,6 +66,16 @@ def rendered_manifests(kube: Kube) -> list[dict]:
 def manager_container(docs: list[dict]) -> dict:
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     return next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "manager")
+
+
+def on_host_ports(args: list[str], health: int, metrics: int) -> list[str]:
+    """The Deployment's args with its ports replaced: a pod has a network of its own, and two of these
+    processes on one host (the kwok cluster's and the real node's) do not."""
+    ports = {"--health-probe-bind-address": health, "--metrics-bind-address": metrics}
+    out = [f"{a.split('=', 1)[0]}=:{ports[a.split('=', 1)[0]]}" if a.split("=", 1)[0] in ports else a for a in args]
+    missing = [flag for flag in ports if not any(a.startswith(f"{flag}=") for a in args)]
+    assert not missing, f"the Deployment's args no longer set {missing}: {args}"
+    return out
 
 
 def build_image_root(root: Path, bin_dir: Path) -> None:
@@ -148,6 +166,8 @@ class UpstreamOperator:
     python: Path
     work: Path
     ansible_core: str = ""
+    health_port: int = HEALTH_PORT
+    metrics_port: int = METRICS_PORT
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -181,7 +201,8 @@ class UpstreamOperator:
                # what the pod has and a local process lacks: its credentials, and its namespace (the
                # default namespace of its Lease)
                "KUBECONFIG": "/opt/ansible/.kube/config", "POD_NAMESPACE": NAMESPACE}
-        argv = [str(self.python.parent / "playbook-operator"), *ENTRYPOINT, *container["args"]]
+        argv = [str(self.python.parent / "playbook-operator"), *ENTRYPOINT,
+                *on_host_ports(container["args"], self.health_port, self.metrics_port)]
         for d in ("/opt/ansible", "/etc/ansible"):  # mount points, empty on this machine
             Path(d).mkdir(parents=True, exist_ok=True)
         script = "\n".join([
@@ -206,7 +227,7 @@ class UpstreamOperator:
         if self.proc is not None and self.proc.poll() is not None:
             raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.logs()[-5000:]}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{HEALTH_PORT}/readyz", timeout=2) as resp:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as resp:
                 return resp.status == 200
         except OSError:
             return False
@@ -220,6 +241,23 @@ class UpstreamOperator:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+@contextmanager
+def upstream_operator_running(kube: Kube, ansible_core: str, work: Path, **ports: int) -> Iterator[UpstreamOperator]:
+    """The operator started in a clean osdk-test, and afterwards its test objects deleted while it still runs
+    (their finalizers need it), then it stopped and the test namespaces removed."""
+    python = python_of(ansible_core)
+    remove_test_namespaces(kube)  # a run killed earlier may have left them
+    op = UpstreamOperator(kube, python, work, ansible_core, **ports).start()
+    try:
+        yield op
+    finally:
+        try:
+            delete_test_objects(kube)
+        finally:
+            op.stop()
+            remove_test_namespaces(kube)
 
 
 def delete_test_objects(kube: Kube, timeout: float = 120) -> None:

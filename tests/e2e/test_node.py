@@ -94,6 +94,33 @@ def test_logs_exec_and_port_forward_reach_a_real_server(real: Kube, real_namespa
         fwd.wait(10)
 
 
+def test_an_image_always_pulled_comes_from_the_nodes_registry_and_nothing_else_is_pulled(
+        real: Kube, real_namespace: str) -> None:
+    pulled = simple_pod("pulled", ["sh", "-c", "echo pulled-from-the-node"], image="busybox")
+    pulled["spec"]["containers"][0]["imagePullPolicy"] = "Always"
+    real.core.create_namespaced_pod(real_namespace, pulled)
+    pod = real.core.read_namespaced_pod("pulled", real_namespace)
+    assert pod.spec.containers[0].image_pull_policy == "Always"
+    assert _wait_done(real, real_namespace, "pulled") == "Succeeded"
+    assert real.kubectl("-n", real_namespace, "logs", "pulled").stdout.strip() == "pulled-from-the-node"
+    # an image neither imported nor in the node's registry: the registry answers that it has no such manifest
+    # (NotFound: an answer, where an unreachable registry would give a connection error) ...
+    real.core.create_namespaced_pod(real_namespace, simple_pod("absent", ["true"], image="not-in-the-registry:1"))
+    assert "code = NotFound" in _pull_failure(real, real_namespace, "absent")
+    # ... and one of any other registry is sent to a closed local port, never out
+    real.core.create_namespaced_pod(real_namespace, simple_pod("elsewhere", ["true"], image="quay.io/nobody/none:1"))
+    assert "127.0.0.1:9" in _pull_failure(real, real_namespace, "elsewhere")
+
+
+def _pull_failure(real: Kube, ns: str, pod: str) -> str:
+    waiting = wait_for(f"{pod}'s pull to fail", lambda: (
+        (s := real.core.read_namespaced_pod(pod, ns).status.container_statuses)
+        # ErrImagePull (each retry after a back-off) carries the pull's own error
+        and s[0].state.waiting and s[0].state.waiting.reason == "ErrImagePull" and s[0].state.waiting.message
+        and s[0].state.waiting), timeout=90, interval=0.5)
+    return waiting.message
+
+
 def test_a_claim_gets_a_volume_that_the_server_user_can_write(real: Kube, real_namespace: str,
                                                              local: LocalCluster) -> None:
     real.core.create_namespaced_persistent_volume_claim(real_namespace, {
@@ -125,7 +152,7 @@ def test_cluster_status_lists_the_node_components_healthy(local: LocalCluster) -
     out = subprocess.run(["playbook-operator", "cluster", "--name", "e2e", "status"], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    for component in ("containerd", "kubelet", "kube-proxy", "coredns"):
+    for component in ("containerd", "registry", "kubelet", "kube-proxy", "coredns"):
         line = next(line for line in out.stdout.splitlines() if line.split()[:1] == [component])
         assert "running pid" in line and " healthy " in line and f"{component}.log" in line
     line = next(line for line in out.stdout.splitlines() if line.split()[:1] == ["local-path-provisioner"])
