@@ -32,6 +32,11 @@ NODE_IP = "10.96.255.1"
 POD_CIDR = "10.244.0.0/24"
 BRIDGE = "cni0"
 GATEWAY = "10.244.0.1"  # the bridge's address: pods' default gateway, and where CoreDNS answers
+# The bridge's own MAC address, fixed (locally administered). A Linux bridge not given one takes the lowest MAC of
+# its ports, so every pod that comes or goes may change the gateway's MAC under the other pods' ARP caches: their
+# DNS queries and Service traffic then go nowhere until the stale entry fails and is resolved again. A replica
+# reconnecting to a restarted primary took 30-70 s so (the e2e failover proofs' write stalls).
+BRIDGE_MAC = "02:50:4f:00:00:01"
 CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248
@@ -140,6 +145,7 @@ class RealNode:
             _sh("ip", "addr", "add", f"{NODE_IP}/32", "dev", "lo")
         if _sh("ip", "link", "show", BRIDGE, check=False).returncode != 0:
             _sh("ip", "link", "add", BRIDGE, "type", "bridge")
+        _sh("ip", "link", "set", BRIDGE, "address", BRIDGE_MAC)
         if _sh("ip", "-j", "addr", "show", "dev", BRIDGE).stdout.find(f'"{GATEWAY}"') < 0:
             _sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
         _sh("ip", "link", "set", BRIDGE, "up")

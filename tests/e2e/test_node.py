@@ -67,6 +67,27 @@ def test_a_pod_resolves_cluster_dns_and_reaches_the_api_server(real: Kube, real_
     assert "api-reachable" in lines and "token-mounted" in lines
 
 
+def test_the_gateway_keeps_its_mac_while_pods_come_and_go(real: Kube, real_namespace: str) -> None:
+    # A bridge left to itself takes the lowest MAC of its ports: pods coming and going would change the gateway's
+    # (where DNS answers) under the others' ARP caches, and their traffic would stall until the entry failed.
+    mac = Path(f"/sys/class/net/{node.BRIDGE}/address")
+    assert mac.read_text().strip() == node.BRIDGE_MAC
+    real.core.create_namespaced_pod(real_namespace, simple_pod("steady", ["sleep", "600"]))
+    wait_pod_ready(real, real_namespace, "steady")
+    for name in ("passing-1", "passing-2"):
+        real.core.create_namespaced_pod(real_namespace, simple_pod(name, ["sleep", "600"]))
+        wait_pod_ready(real, real_namespace, name)
+        real.core.delete_namespaced_pod(name, real_namespace)
+        wait_for(f"{name} to go", lambda n=name: not [p for p in real.core.list_namespaced_pod(real_namespace).items
+                                                      if p.metadata.name == n], timeout=60, interval=0.5)
+        assert mac.read_text().strip() == node.BRIDGE_MAC
+    # and what the pod that stayed knows of its gateway is still right
+    real.kubectl("-n", real_namespace, "exec", "steady", "--", "getent", "hosts", "kubernetes.default.svc.cluster.local")
+    arp = real.kubectl("-n", real_namespace, "exec", "steady", "--", "cat", "/proc/net/arp").stdout
+    gateway = next(line.split() for line in arp.splitlines() if line.split()[:1] == [node.GATEWAY])
+    assert gateway[3] == node.BRIDGE_MAC and gateway[2] == "0x2", arp  # complete, with the bridge's fixed MAC
+
+
 def test_logs_exec_and_port_forward_reach_a_real_server(real: Kube, real_namespace: str) -> None:
     image = POSTGRES_IMAGE
     server = ("initdb -D /tmp/pgdata --auth=trust >/dev/null && echo initialised && "
