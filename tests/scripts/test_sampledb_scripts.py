@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import os
 import pwd
+import re
 import shutil
 import signal
 import stat
@@ -343,6 +344,8 @@ def test_primary_and_streaming_replica_as_the_statefulset_runs_them(node, major:
     assert replica.sql("SELECT pg_is_in_recovery()") == "t"
     assert (replica.pgdata / "standby.signal").exists()
     assert "user=replicator password=" in (replica.pgdata / "postgresql.auto.conf").read_text()
+    # it gives up on a primary's address that does not answer after 3 s, and tries again (wal_retrieve_retry_interval)
+    assert re.search(r"(^|\s)tcp_user_timeout=3000(\s|$)", replica.sql("SHOW primary_conninfo"))
     primary.sql("INSERT INTO t VALUES (3)")
     wait_for("the row on the replica", lambda: replica.sql("SELECT count(*) FROM t") == "3", timeout=30)
     assert primary.probe("livenessProbe") == 0 and replica.probe("livenessProbe") == 0

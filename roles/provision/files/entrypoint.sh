@@ -130,6 +130,17 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   mv "$new" "$PGDATA"
 fi
 
+# A replica's connection to the primary gives up on an address that does not answer: right after a change of
+# primary, the Service may still send its first attempt to the pod that just went, and a SYN to an address that
+# is gone waits for TCP's own give-up (30-70 s measured, during which a synchronous primary acknowledges
+# nothing). The walreceiver connects asynchronously, so libpq's connect_timeout does not apply: TCP_USER_TIMEOUT
+# does (the connect fails at the SYN's second retransmission, 3 s, and is tried again). pg_basebackup -R writes
+# primary_conninfo without it; replicas cloned before this get it too.
+auto_conf="$PGDATA/postgresql.auto.conf"
+if [ -f "$PGDATA/standby.signal" ] && [ -f "$auto_conf" ] && ! grep -q "^primary_conninfo = '.*tcp_user_timeout=" "$auto_conf"; then
+  sed -i "s/^primary_conninfo = '/primary_conninfo = 'tcp_user_timeout=${REPLICA_TCP_USER_TIMEOUT_MS:-3000} /" "$auto_conf"
+fi
+
 log "starting as $(role)"
 postgres -D "$PGDATA" "${SERVER_OPTS[@]}" &
 server=$!
