@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                     tl.note("operator " + line.split(": ", 1)[1][:110], at)
             for seq, at in writes.failed.items():
                 if start <= at <= end:
-                    tl.note(f"writer failed: {writes.reasons.get(seq, '')[:110]}", at)
+                    tl.note(f"writer failed: {writes.reasons.get(seq, '').rsplit('failed: ', 1)[-1][:110]}", at)
             for pod in (f"{NAME}-0", f"{NAME}-1", f"{NAME}-2"):
                 log = kube.kubectl("-n", ns, "logs", pod, "-c", "postgres", "--since=120s", check=False).stdout
                 for line in log.splitlines():
