@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
 from bench.__main__ import write_table
-from bench.harness import OURS_READY, median, ours
+from bench.harness import OURS_READY, OperatorRun, median, ours
 from localcluster import images
 from localcluster.build import binary
 from localcluster.cluster import LocalCluster
@@ -145,6 +146,31 @@ def db_size_mb(db: Database) -> float:
     return int(db.sql(db.primary, "select pg_database_size('app')")) / 1024 / 1024
 
 
+@contextmanager
+def sampledb_operator(prefix: str) -> Iterator[tuple[Kube, str, OperatorRun]]:
+    """The real-node cluster up, the SampleDB operator (this tree's roles) running on a namespace of its own:
+    (kube, namespace, operator); afterwards the namespace deleted while the operator runs, so that the SampleDBs' finalizers let them go."""
+    cluster = LocalCluster("e2e", real_node=True)
+    cluster.up(timeout=1200)
+    kube = Kube(cluster.paths.kubeconfig, str(binary("kubectl")))
+    install_sampledb_crds(kube)
+    ns = f"{prefix}-{int(time.time())}"
+    kube.kubectl("create", "namespace", ns)
+    watches = Path(tempfile.mkdtemp(prefix=f"{prefix}-")) / "watches.yaml"
+    watches.write_text(yaml.safe_dump(sampledb_watches()))
+    op = ours(kube, ns, watches, "--ansible-roles-path", str(ROOT / "roles"))
+    op.start(OURS_READY)
+    try:
+        yield kube, ns, op
+    finally:
+        kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        try:
+            wait_for("the SampleDBs to go", lambda: not kube.custom.list_namespaced_custom_object(
+                GROUP, VERSION, ns, PLURAL)["items"], timeout=300)
+        finally:
+            op.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -153,16 +179,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", default="", help="comma-separated: failover,async,minor,data")
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
-    cluster = LocalCluster("e2e", real_node=True)
-    cluster.up(timeout=1200)
-    kube = Kube(cluster.paths.kubeconfig, str(binary("kubectl")))
-    install_sampledb_crds(kube)
-    ns = f"bench-e2e-{int(time.time())}"
-    kube.kubectl("create", "namespace", ns)
-    watches = Path(tempfile.mkdtemp(prefix="bench-e2e-")) / "watches.yaml"
-    watches.write_text(yaml.safe_dump(sampledb_watches()))
-    op = ours(kube, ns, watches, "--ansible-roles-path", str(ROOT / "roles"))
-    op.start(OURS_READY)
     rows: list[list[str]] = []
 
     def add(what: str, cnpg: str, goal: str, values: list[float], unit: str = "s", fmt: str = "{:.1f}") -> None:
@@ -170,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"n={len(values)})" if len(values) > 1 else f"{fmt.format(values[0])} {unit}")
         rows.append([what, cnpg, goal, shown])
 
-    try:
+    with sampledb_operator("bench-e2e") as (kube, ns, _):
         if "failover" not in skip:
             db = Database(kube, ns, "ha", replicas=3)
             writer = Writer(kube, ns, "ha", POSTGRES_IMAGE, name="writer-ha")
@@ -244,14 +260,6 @@ def main(argv: list[str] | None = None) -> int:
             ddb.wait_ready(timeout=3600, version=new)
             add(f"major upgrade {images.POSTGRES_VERSIONS[0]} → {new} of {size:.0f} MB (request → Ready)", "n/a",
                 "reported", [time.time() - t0])
-    finally:
-        # The namespace goes while the operator runs, so that the SampleDBs' finalizers let them go.
-        kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        try:
-            wait_for("the SampleDBs to go", lambda: not kube.custom.list_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL)["items"], timeout=300)
-        finally:
-            op.stop()
     write_table("e2e", [f"real node, real PostgreSQL, writer running; {args.runs} runs", "CloudNativePG", "goal",
                         "measured (median)"], rows,
                 role="the SampleDB operator (this repository's watches.yaml) on the local cluster's real node",

@@ -12,23 +12,15 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import subprocess
-import tempfile
 import threading
 import time
 from itertools import pairwise
-from pathlib import Path
 
-import yaml
 from kubernetes import watch
 
-from bench.e2e import Database, change_of_primary
-from bench.harness import OURS_READY, ours
-from localcluster.build import binary
-from localcluster.cluster import LocalCluster
-from tests.kube import Kube, wait_for
-from tests.operator import ROOT, install_sampledb_crds, sampledb_watches
+from bench.e2e import Database, change_of_primary, sampledb_operator
+from tests.kube import Kube
 from tests.realnode import POSTGRES_IMAGE, delete_pod, kill_postmaster
-from tests.sampledb import GROUP, PLURAL, VERSION
 from tests.writes import Writer
 
 FAULTS = {"delete": delete_pod, "kill": kill_postmaster}
@@ -94,19 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("fault", choices=sorted(FAULTS))
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
-    cluster = LocalCluster("e2e", real_node=True)
-    cluster.up(timeout=1200)
-    kube = Kube(cluster.paths.kubeconfig, str(binary("kubectl")))
-    install_sampledb_crds(kube)
-    ns = f"bench-timeline-{int(time.time())}"
-    kube.kubectl("create", "namespace", ns)
-    watches = Path(tempfile.mkdtemp(prefix="bench-timeline-")) / "watches.yaml"
-    watches.write_text(yaml.safe_dump(sampledb_watches()))
-    op = ours(kube, ns, watches, "--ansible-roles-path", str(ROOT / "roles"))
-    op.start(OURS_READY)
     tl = Timeline()
     gaps = []
-    try:
+    with sampledb_operator("bench-timeline") as (kube, ns, op):
         db = Database(kube, ns, NAME, replicas=3)
         writer = Writer(kube, ns, NAME, POSTGRES_IMAGE, name="writer-timeline")
         for target in (tl.watch_pods, tl.sample_network):
@@ -142,15 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             for at, what in sorted(tl.events):
                 print(f"  {at - start:7.2f}  {what}", flush=True)
         writer.stop()
-        print(f"write gaps: {', '.join(f'{g:.1f}' for g in gaps)} s", flush=True)
-    finally:
         tl.stop.set()
-        kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        try:
-            wait_for("the SampleDB to go", lambda: not kube.custom.list_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL)["items"], timeout=300)
-        finally:
-            op.stop()
+    print(f"write gaps: {', '.join(f'{g:.1f}' for g in gaps)} s", flush=True)
     return 0
 
 
