@@ -39,6 +39,10 @@ CONTROL_PLANE = START_ORDER[:4]
 NODE_ORDER = ("containerd", "registry", "coredns", "kubelet", "kube-proxy", "local-path-provisioner")
 
 
+def _say(msg: str) -> None:
+    print(f"[cluster] {msg}", file=sys.stderr, flush=True)
+
+
 class ClusterError(RuntimeError):
     pass
 
@@ -420,12 +424,11 @@ class LocalCluster:
         if not live["containerd"]:
             self._start("containerd", ports)
         self._wait("containerd", lambda: self.node_healthy("containerd") is True, 30, "containerd")
-        self.node.import_images(archives, log=lambda m: print(f"[cluster] {m}", file=sys.stderr, flush=True))
+        self.node.import_images(archives, log=_say)
         if not live["registry"]:
             self._start("registry", ports)
         self._wait("the node's registry", lambda: self.node_healthy("registry") is True, 30, "registry")
-        self.node.push_images({s.ref: images.build(s) for s in images.registry_specs()},
-                              log=lambda m: print(f"[cluster] {m}", file=sys.stderr, flush=True))
+        self.node.push_images({s.ref: images.build(s) for s in images.registry_specs()}, log=_say)
         for c in ("coredns", "kubelet", "kube-proxy", "local-path-provisioner"):
             if not live[c]:
                 self._start(c, ports)
@@ -435,7 +438,7 @@ class LocalCluster:
         if not self.real_node or not self.pid("containerd"):
             raise ClusterError(f"cluster {self.name!r} has no running real node (cluster up --real-node)")
         archives = images.build_all(include_operator=include_operator)
-        self.node.import_images(archives, log=lambda m: print(f"[cluster] {m}", file=sys.stderr, flush=True))
+        self.node.import_images(archives, log=_say)
         return archives
 
     def down(self, purge: bool = False) -> list[str]:

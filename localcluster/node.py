@@ -220,16 +220,12 @@ class RealNode:
         if not self.pki.kubelet_serving_crt.exists():
             self.pki.generate_node(self.name, NODE_IP)
         cfg = lay.config
-        hosts = cfg / "registry" / "_default"
-        hosts.mkdir(parents=True, exist_ok=True)
         # Every image is imported before use or served by the node's registry (docker.io's); a pull of
         # anything else must fail here, not go out.
-        (hosts / "hosts.toml").write_text('server = "http://127.0.0.1:9"\n\n[host."http://127.0.0.1:9"]\n'
-                                          '  capabilities = ["pull", "resolve"]\n')
-        registry = f"http://127.0.0.1:{REGISTRY_PORT}"
-        (cfg / "registry" / "docker.io").mkdir(exist_ok=True)
-        (cfg / "registry" / "docker.io" / "hosts.toml").write_text(
-            f'server = "{registry}"\n\n[host."{registry}"]\n  capabilities = ["pull", "resolve"]\n')
+        for host, server in (("_default", "http://127.0.0.1:9"), ("docker.io", f"http://127.0.0.1:{REGISTRY_PORT}")):
+            (cfg / "registry" / host).mkdir(parents=True, exist_ok=True)
+            (cfg / "registry" / host / "hosts.toml").write_text(
+                f'server = "{server}"\n\n[host."{server}"]\n  capabilities = ["pull", "resolve"]\n')
         (cfg / "registry.yml").write_text(json.dumps({
             "version": "0.1", "log": {"level": "warn"},
             "storage": {"filesystem": {"rootdirectory": str(lay.registry)},

@@ -129,6 +129,13 @@ COMPONENTS: tuple[NodeComponent, ...] = (
 )
 
 
+def _go() -> tuple[str, dict[str, str]]:
+    """The go command, and its environment for these builds (a newer toolchain fetched when a module needs it)."""
+    env = dict(os.environ)
+    env.setdefault("GOTOOLCHAIN", "auto")
+    return build.find_go(), env
+
+
 def is_built() -> bool:
     root = paths.node_binaries_dir()
     return (root / "COMPLETE").exists() and all((root / b).exists() for c in COMPONENTS for b in c.binaries)
@@ -140,9 +147,7 @@ def build_node(force: bool = False) -> Path:
     with _locked(paths.cache_root() / "node" / ".build.lock"):
         if is_built() and not force:
             return root
-        go = build.find_go()
-        env = dict(os.environ)
-        env.setdefault("GOTOOLCHAIN", "auto")
+        go, env = _go()
         started = time.monotonic()
         _log(f"building the real node into {root} (first time only; about 10 minutes on 2 cores)")
         with build.staged(root, paths.node_version_key()) as tmp:
@@ -169,9 +174,7 @@ def build_registry(force: bool = False) -> Path:
     with _locked(paths.cache_root() / "node" / ".build.lock"):
         if (root / "COMPLETE").exists() and registry_binary().exists() and not force:
             return registry_binary()
-        go = build.find_go()
-        env = dict(os.environ)
-        env.setdefault("GOTOOLCHAIN", "auto")
+        go, env = _go()
         started = time.monotonic()
         _log(f"building the node's registry (distribution v{paths.REGISTRY_VERSION}) into {root} (about 2 minutes)")
         with build.staged(root, paths.REGISTRY_VERSION) as tmp:
