@@ -1,29 +1,34 @@
-"""`python -m bench.failover_timeline [delete|kill] [--runs N]`: where the write gap of a failed primary goes, on the
-local cluster's real node. The same fault and measure as `python -m bench.e2e` (its change_of_primary, a writer
-running through the -primary Service, a 3-server database in sync mode), with a timeline of each run, in seconds
-from the fault: the pods' changes, the -primary Service's endpoints, each pod's unresolved neighbours (a stale
-gateway or pod address), the operator's runs, the writer's failed attempts in the gap, and when each replica
-streamed again. Asserts nothing; this is how the bridge's changing MAC address and the replicas' hung connects
-to a pod that had gone were found (README, "Benchmarks").
+"""`python -m bench.failover_timeline [delete|kill|switchover] [--runs N]`: where the write gap of a change of
+primary goes, on the local cluster's real node. The same fault and measure as `python -m bench.e2e` (its
+change_of_primary, a writer running through the -primary Service, a 3-server database in sync mode), with a
+timeline of each run, in seconds from the fault: the pods' changes, the -primary Service's endpoints, each pod's
+unresolved neighbours (a stale gateway or pod address), the operator's runs and their tasks, the writer's failed
+attempts in the gap, and when each replica streamed again. Asserts nothing; this is how the bridge's changing
+MAC address, the replicas' hung connects to a pod that had gone and a switchover's wait for the kubelet were
+found (README, "Benchmarks").
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import subprocess
 import threading
 import time
 from itertools import pairwise
+from pathlib import Path
 
 from kubernetes import watch
 
-from bench.e2e import Database, change_of_primary, sampledb_operator
+from bench.e2e import Database, change_of_primary, sampledb_operator, switchover
+from bench.harness import OperatorRun
 from tests.kube import Kube
 from tests.realnode import POSTGRES_IMAGE, delete_pod, kill_postmaster
+from tests.sampledb import GROUP, VERSION
 from tests.writes import Writer
 
-FAULTS = {"delete": delete_pod, "kill": kill_postmaster}
+FAULTS = {"delete": delete_pod, "kill": kill_postmaster, "switchover": switchover}
 NAME = "ha"
 
 
@@ -80,6 +85,22 @@ def _log_time(line: str, fmt: str, width: int) -> float | None:
         return None
 
 
+def _task_starts(op: OperatorRun, ns: str, since: float, until: float) -> list[tuple[float, str]]:
+    """When each task of the SampleDB's runs began, from the runner's artifacts (the run's job events)."""
+    root = Path(op.cmd[op.cmd.index("--artifacts-dir") + 1]) / GROUP / VERSION / "SampleDB" / ns / NAME / "artifacts"
+    out = []
+    for path in root.glob("*/job_events/*.json"):
+        try:
+            ev = json.loads(path.read_text())
+        except (OSError, ValueError):  # rotated away, or being written
+            continue
+        if ev.get("event") == "playbook_on_task_start":
+            at = dt.datetime.fromisoformat(ev["created"]).replace(tzinfo=dt.UTC).timestamp()
+            if since <= at <= until:
+                out.append((at, ev["event_data"].get("task", "")))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.failover_timeline", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -108,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                 at = _log_time(line, "%Y-%m-%d %H:%M:%S,%f", 23)
                 if at and start - 1 <= at <= end + 1 and (" run start" in line or " run end" in line):
                     tl.note("operator " + line.split(": ", 1)[1][:110], at)
+            for at, task in _task_starts(op, ns, start - 3, end):
+                tl.note(f"operator task {task[:100]}", at)
             for seq, at in writes.failed.items():
                 if start <= at <= end:
                     tl.note(f"writer failed: {writes.reasons.get(seq, '').rsplit('failed: ', 1)[-1][:110]}", at)

@@ -296,6 +296,12 @@ class Pod:
         except subprocess.TimeoutExpired:
             return -1
 
+    def exec(self, command: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """A command in the container, as `kubectl exec` (the leader role's k8s_exec) runs it: its environment,
+        user and mounts."""
+        return subprocess.run(self.user.argv(self.env(), [_map(arg, self.mounts) for arg in command]),
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
     def wait_ready(self, timeout: float = 90) -> None:
         """Until the readiness probe succeeds (as the kubelet's, every few seconds here every half)."""
         def ready() -> bool:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts.loopback import Loopback, wait_for
+from tests.scripts.loopback import Loopback, Pod, wait_for
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "roles" / "provision" / "files"
 PG15 = Path(os.environ.get("PG15_BIN", "/usr/lib/postgresql/15/bin"))
@@ -420,6 +420,42 @@ def test_failover_promotes_the_relabelled_replica_and_clones_the_old_primary_fro
     wait_for("a to stream from b", lambda: streaming(b, "ha-0"), timeout=30)
     b.sql("INSERT INTO t VALUES (3)")
     wait_for("the row on a", lambda: a.sql("SELECT count(*) FROM t") == "3", timeout=30)
+
+
+def test_fenced_says_an_old_primary_stopped_only_once_its_server_took_its_last_write(node) -> None:
+    """fenced.sh, which a switchover's run execs in the old primary's container to promote the new one without
+    waiting for the kubelet, exits 0 only once that server has stopped for its replica label: never while it
+    accepts connections, and not because of an earlier fence of the same pod once it was primary again."""
+    db = node(PG15).database("fence", replicas=2, replication={"mode": "async"})
+    a, b = db.pods
+    a.start("primary")
+    a.wait_ready()
+    b.start("replica")
+    b.wait_ready()
+    fenced = ["/bin/bash", "/etc/sampledb/fenced.sh"]
+    still = a.exec([*fenced, "1"])
+    assert still.returncode == 1 and "has not stopped after 1s" in still.stdout, still
+
+    def fence(old: Pod) -> None:
+        old.label("replica")
+        done = old.exec([*fenced, "30"])
+        assert done.returncode == 0 and "has stopped" in done.stdout, done
+        assert old.psql("SELECT 1").returncode != 0, "fenced.sh said stopped while the server took connections"
+        assert old.proc is not None and old.proc.wait(30) == 0
+
+    fence(a)
+    b.label("primary")
+    wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
+    a.start()  # as a replica: still fenced
+    a.wait_ready()
+    assert a.exec([*fenced, "1"]).returncode == 0
+
+    # back to a: its promotion clears the mark, so the next fence of a waits for its server again
+    fence(b)
+    a.label("primary")
+    wait_for("a to be promoted", lambda: a.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
+    a.sql("CREATE TABLE t (x int)")
+    fence(a)
 
 
 def test_a_replica_that_can_no_longer_catch_up_clones_the_primary_again(node) -> None:

@@ -108,6 +108,20 @@ def test_a_switchover_waits_in_its_run_for_the_fence_the_plan_began() -> None:
     assert not leader.sampledb_plan_fenced([pod("db-1")], plan([pod("db-0"), pod("db-1")], lease("db-0")))
 
 
+def test_a_switchover_promotes_once_the_old_primarys_server_marked_its_stop_before_its_pod_shows_it() -> None:
+    """fenced.sh saw the old primary's fence mark (its server stopped for its replica label) while its pod still
+    shows the server running and Ready: the run promotes at once. A mark seen on another pod counts for nothing."""
+    pods = [pod("db-0"), pod("db-1"), pod("db-2")]
+    begun = plan(pods, lease("db-0"), requested="db-2", database="db")
+    in_change = lease("", **begun["annotations"])
+    assert plan(pods, in_change)["target"] == ""
+    for other in ("", "db-1", "db-2"):
+        p = plan(pods, in_change, fenced=other)
+        assert (p["target"], p["fencing"], p["changed"]) == ("", "db-0", False), other
+    p = plan(pods, in_change, fenced="db-0")
+    assert (p["target"], p["fencing"], p["changed"], p["reason"]) == ("db-2", "", True, "switchover")
+
+
 def test_a_primary_already_gone_is_replaced_in_the_same_run() -> None:
     p = plan([pod("db-1"), pod("db-2")], lease("db-0"), unready_since="2026-11-24T10:00:00Z")
     assert (p["target"], p["changed"], p["began"], p["current"]) == ("db-1", True, True, "db-0")

@@ -81,7 +81,7 @@ def sampledb_lsn(text) -> int | None:
 
 def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, switchover_to="",
                          switchover_reason="upgrade", requested="", database="", hold=False,
-                         fence_timeout_seconds=30, positions=None, max_lag=None):
+                         fence_timeout_seconds=30, positions=None, max_lag=None, fenced=""):
     """What the leader role does in this run. ``pods`` are the database's server pods, ``lease`` its primary
     Lease ({} when there is none), ``ready`` the names of the pods that can serve (the sampledb_ready test),
     ``now`` and ``unready_since`` UTC times as '%Y-%m-%dT%H:%M:%SZ'.
@@ -94,6 +94,8 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
     ``max_lag`` (bytes, None for no bound: sync mode) bounds a failover in async mode: it begins only if the
     most advanced Ready replica is at most that far behind the primary's position recorded in the Lease
     (PRIMARY_LSN); else the primary is kept, to come back with its data (Patroni's maximum_lag_on_failover).
+    ``fenced`` names a pod whose server was seen stopped for its replica label (its fence's mark, read by exec:
+    fenced.sh), before its pod's status shows it.
 
     Returns a dict:
       target       the pod to label primary after this run ('' while a fence is in progress)
@@ -161,7 +163,8 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
         # still Ready, else to another Ready one.
         reason = annotations.get(REASON, "failover")
         new = candidate(fencing, annotations.get(PROMOTE, ""), reason)
-        return fence(fencing, new, reason, annotations.get(FENCING_SINCE, now), annotations.get(FENCING_UID, ""))
+        return fence(fencing, new, reason, annotations.get(FENCING_SINCE, now), annotations.get(FENCING_UID, ""),
+                     stopped=bool(fenced) and fenced == fencing)
 
     if not holder:
         # First start: the lowest ordinal, once it exists.

@@ -5,8 +5,9 @@
 #   - a new primary is initialised (initdb, then the replication role); a new replica is cloned from the
 #     primary's Service (pg_basebackup -R: standby.signal, and primary_conninfo with the replication password);
 #   - a replica relabelled "primary" promotes itself (pg_ctl promote);
-#   - a primary relabelled "replica" (another server was promoted) stops; when the container starts again its
-#     data, which may have diverged, is kept aside in $PGDATA.former-primary and it is cloned from the new primary;
+#   - a primary relabelled "replica" (another server is to be promoted) stops and leaves the fence's mark
+#     (role.sh; fenced.sh reads it); when the container starts again its data, which may have diverged, is kept
+#     aside in $PGDATA.former-primary and it is cloned from the new primary;
 #   - a replica that can no longer catch up (its stream is down and the primary has already recycled the WAL it
 #     needs: there is no WAL archive and no replication slot) stops; its data is kept aside in $PGDATA.stale and
 #     the restarted container clones the primary afresh;
@@ -20,7 +21,6 @@ set -euo pipefail
 POSTGRES_USER=${POSTGRES_USER:-postgres}
 REPLICATION_USER=${REPLICATION_USER:-replicator}
 PRIMARY_PORT=${PRIMARY_PORT:-${PGPORT:-5432}}
-LABELS=${LABELS_FILE:-/etc/podinfo/labels}
 CONF=${CONF_DIR:-/etc/sampledb}
 SERVER_OPTS=(-c "config_file=$CONF/postgresql.conf" -c "hba_file=$CONF/pg_hba.conf")
 # the pod's name in process titles and in the primary's pg_stat_replication.application_name
@@ -55,7 +55,7 @@ run() {
   return "$rc"
 }
 
-role() { sed -n 's/^sampledb\.example\.com\/role="\(.*\)"$/\1/p' "$LABELS" 2>/dev/null || true; }
+. "$(dirname "${BASH_SOURCE[0]}")/role.sh"  # role, locked, the fence's mark
 major() { postgres --version | sed -E 's/^[^0-9]*([0-9]+).*$/\1/'; }
 keep_aside() {  # keep_aside SUFFIX WHY: moves $PGDATA to $PGDATA.SUFFIX (replacing an earlier one)
   writable_volume
@@ -141,6 +141,7 @@ if [ -f "$PGDATA/standby.signal" ] && [ -f "$auto_conf" ] && ! grep -q "^primary
   sed -i "s/^primary_conninfo = '/primary_conninfo = 'tcp_user_timeout=${REPLICA_TCP_USER_TIMEOUT_MS:-3000} /" "$auto_conf"
 fi
 
+locked unfence_unless_replica
 log "starting as $(role)"
 postgres -D "$PGDATA" "${SERVER_OPTS[@]}" &
 server=$!
@@ -163,19 +164,20 @@ select substr(pg_walfile_name(:'needed'::pg_lsn + 1), 9) < min(substr(name, 9)) 
 SQL
   )" = t ]
 }
-behind_checks=0 loops=0
+behind_checks=0 loops=0 fencing=0
 
 # Follow the label while the server runs.
 while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
   labelled=$(role)
-  if [ "$labelled" = primary ] && [ -f "$PGDATA/standby.signal" ]; then
+  if [ "$labelled" = primary ] && [ -f "$PGDATA/standby.signal" ] && locked unfence_if_primary; then
     log "relabelled primary: promoting"
     pg_ctl -D "$PGDATA" -w promote &
     wait $! || [ "$stopping" = 1 ] || log "the promotion did not complete; trying again"
   elif [ "$labelled" = replica ] && [ ! -f "$PGDATA/standby.signal" ]; then
     log "relabelled replica while running as a primary: stopping (a restart clones the new primary)"
+    fencing=1
     on_stop
-  elif [ "$labelled" = replica ] && ((++loops % ${BEHIND_CHECK_LOOPS:-20} == 0)); then
+  elif [ "$labelled" = replica ] && ((++loops % ${BEHIND_CHECK_LOOPS:-50} == 0)); then
     # (every BEHIND_CHECK_LOOPS loops, 10 s; stopped only when it is so on BEHIND_CHECKS checks in a row)
     if fell_behind; then behind_checks=$((behind_checks + 1)); else behind_checks=0; fi
     if ((behind_checks >= ${BEHIND_CHECKS:-3})); then
@@ -185,7 +187,7 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
     fi
   fi
   # (a change of label is part of a switchover's write downtime: look often, it costs one sed)
-  sleep 0.5 &
+  sleep 0.2 &
   wait $! || true
 done
 rc=0
@@ -194,4 +196,11 @@ while :; do
   kill -0 "$server" 2>/dev/null || break
 done
 log "the server exited with status $rc"
+if [ "$fencing" = 1 ]; then
+  : >"$FENCED"
+  # (the operator's fenced.sh, started by exec as the label changed, reads the mark in this container: exec into
+  # one that has exited fails, and then the operator waits for the kubelet to report it)
+  sleep "${FENCED_LINGER_SECONDS:-3}" &
+  wait $! || true
+fi
 exit "$rc"
