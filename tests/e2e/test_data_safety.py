@@ -191,7 +191,8 @@ def test_a_failed_primary_loses_no_acknowledged_row_and_never_makes_two_primarie
     writes = writer.stop()
     primary = _assert_safe(real, ns, "ha", writes, checker.stop(), servers)
     if fault is freeze_postmaster:
-        # unready and deaf to its new label: fenced by deleting its pod once the fence timed out
+        # unready, and its server deaf to the fast shutdown its new label asks for: fenced by its entrypoint,
+        # which ends the container fence_stop_seconds later (the operator deletes the pod only after 30 s)
         assert primary != old, "a hung primary was not replaced"
         # the replicas' WAL positions were read (k8s_exec through the runtime's proxy) and chose it
         failed_over = events(real, ns, "FailedOver")

@@ -458,6 +458,37 @@ def test_fenced_says_an_old_primary_stopped_only_once_its_server_took_its_last_w
     fence(a)
 
 
+def test_a_primary_whose_server_does_not_stop_for_its_replica_label_ends_its_container(node) -> None:
+    """A frozen server (SIGSTOP) does not act on the fast shutdown its replica label asks for: FENCE_STOP_SECONDS
+    later the entrypoint exits, and the kernel ends every process of the container with it, so the operator sees
+    the container stopped and promotes another server without deleting the pod. It leaves no fence's mark: its
+    server did not stop by itself."""
+    db = node(PG15).database("frozen", replicas=1)
+    a = db.pods[0]
+    env = next(e for e in a.container["env"] if e["name"] == "FENCE_STOP_SECONDS")
+    assert env["value"] == "10"  # the role's default, fence_stop_seconds
+    env["value"] = "2"
+    a.start("primary")
+    a.wait_ready()
+    init = a.init_pid()
+    server = next(int(pid) for pid in Path(f"/proc/{init}/task/{init}/children").read_text().split()
+                  if Path(f"/proc/{pid}/comm").read_text().strip() == "postgres")
+    os.kill(server, signal.SIGSTOP)
+    a.label("replica")
+    asked = time.time()
+    assert a.proc is not None and a.proc.wait(60) == 137
+    assert time.time() - asked >= 2
+    assert "did not stop within 2s of its replica label" in a.log()
+
+    def gone() -> bool:
+        try:
+            return Path(f"/proc/{server}/stat").read_text().split(") ")[1][0] in "ZX"
+        except FileNotFoundError:
+            return True
+    wait_for("the frozen server to be gone with its container", gone, timeout=10)
+    assert a.exec(["/bin/bash", "/etc/sampledb/fenced.sh", "0"]).returncode == 1
+
+
 def test_a_replica_that_can_no_longer_catch_up_clones_the_primary_again(node) -> None:
     """There is no WAL archive and no replication slot: a replica that was down while the primary recycled the
     WAL it needs cannot stream again. It notices (not streaming, and the primary no longer has the segment it

@@ -190,6 +190,19 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
   sleep 0.2 &
   wait $! || true
 done
+# A server told to stop for its replica label that has not stopped within FENCE_STOP_SECONDS (hung, or frozen) is
+# ended with the container: when PID 1 exits, the kernel kills every process of the container, the server's
+# included. The kubelet then shows the container stopped, and the operator promotes another server without
+# having to delete this pod (its fence_timeout_seconds, then the pod's grace period).
+fence_deadline=$((SECONDS + ${FENCE_STOP_SECONDS:-10}))
+while [ "$fencing" = 1 ] && kill -0 "$server" 2>/dev/null; do
+  if ((SECONDS >= fence_deadline)); then
+    log "the server did not stop within ${FENCE_STOP_SECONDS:-10}s of its replica label: ending the container, and every process in it"
+    exit 137
+  fi
+  sleep 0.2 &
+  wait $! || true
+done
 rc=0
 while :; do
   if wait "$server"; then rc=0; else rc=$?; fi
