@@ -1,4 +1,4 @@
-"""`python -m bench.failover_timeline [delete|kill|switchover] [--runs N]`: where the write gap of a change of
+"""`python -m bench.failover_timeline [delete|kill|freeze|switchover] [--runs N]`: where the write gap of a change of
 primary goes, on the local cluster's real node. The same fault and measure as `python -m bench.e2e` (its
 change_of_primary, a writer running through the -primary Service, a 3-server database in sync mode), with a
 timeline of each run, in seconds from the fault: the pods' changes, the -primary Service's endpoints, each pod's
@@ -24,11 +24,11 @@ from kubernetes import watch
 from bench.e2e import Database, change_of_primary, sampledb_operator, switchover
 from bench.harness import OperatorRun
 from tests.kube import Kube
-from tests.realnode import POSTGRES_IMAGE, delete_pod, kill_postmaster
+from tests.realnode import POSTGRES_IMAGE, delete_pod, freeze_postmaster, kill_postmaster
 from tests.sampledb import GROUP, VERSION
 from tests.writes import Writer
 
-FAULTS = {"delete": delete_pod, "kill": kill_postmaster, "switchover": switchover}
+FAULTS = {"delete": delete_pod, "kill": kill_postmaster, "freeze": freeze_postmaster, "switchover": switchover}
 NAME = "ha"
 
 
