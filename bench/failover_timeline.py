@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import subprocess
 import threading
 import time
 from itertools import pairwise
-from pathlib import Path
 
 from kubernetes import watch
 
 from bench.e2e import Database, change_of_primary, sampledb_operator, switchover
 from bench.harness import OperatorRun
+from bench.profile import _at
+from runner.execution.base import read_events
 from tests.kube import Kube
 from tests.realnode import POSTGRES_IMAGE, delete_pod, freeze_postmaster, kill_postmaster
 from tests.sampledb import GROUP, VERSION
@@ -87,18 +87,10 @@ def _log_time(line: str, fmt: str, width: int) -> float | None:
 
 def _task_starts(op: OperatorRun, ns: str, since: float, until: float) -> list[tuple[float, str]]:
     """When each task of the SampleDB's runs began, from the runner's artifacts (the run's job events)."""
-    root = Path(op.cmd[op.cmd.index("--artifacts-dir") + 1]) / GROUP / VERSION / "SampleDB" / ns / NAME / "artifacts"
-    out = []
-    for path in root.glob("*/job_events/*.json"):
-        try:
-            ev = json.loads(path.read_text())
-        except (OSError, ValueError):  # rotated away, or being written
-            continue
-        if ev.get("event") == "playbook_on_task_start":
-            at = dt.datetime.fromisoformat(ev["created"]).replace(tzinfo=dt.UTC).timestamp()
-            if since <= at <= until:
-                out.append((at, ev["event_data"].get("task", "")))
-    return out
+    assert op.artifacts is not None
+    runs = (op.artifacts / GROUP / VERSION / "SampleDB" / ns / NAME / "artifacts").glob("*/")
+    return [(_at(ev), ev["event_data"].get("task", "")) for run in runs for ev in read_events(run)
+            if ev.get("event") == "playbook_on_task_start" and since <= _at(ev) <= until]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -110,6 +110,11 @@ class OperatorRun:
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="bench-op-", suffix=".log")[1]))
 
+    @property
+    def artifacts(self) -> Path | None:
+        """Where ours keeps the runner's artifacts (its --artifacts-dir); None for the peer."""
+        return Path(self.cmd[self.cmd.index("--artifacts-dir") + 1]) if "--artifacts-dir" in self.cmd else None
+
     def start(self, ready_pattern: str | None = None, timeout: float = 120) -> OperatorRun:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,

@@ -59,7 +59,8 @@ IMPORTS = {
 
 
 def _at(event: dict[str, Any]) -> float:
-    return dt.datetime.fromisoformat(event["created"]).timestamp()
+    """A job event's time: ansible-runner writes `created` in UTC, without a zone."""
+    return dt.datetime.fromisoformat(event["created"]).replace(tzinfo=dt.UTC).timestamp()
 
 
 def phases(asked: float, returned: float, events: list[dict[str, Any]]) -> dict[str, float]:

@@ -291,8 +291,7 @@ class Pod:
         """The rendered exec probe (startupProbe, readinessProbe, livenessProbe): its exit status; -1 on timeout."""
         probe = self.container[kind]
         try:
-            return subprocess.run(self.user.argv(self.env(), probe["exec"]["command"]), capture_output=True,
-                                  timeout=probe["timeoutSeconds"], check=False).returncode
+            return self.exec(probe["exec"]["command"], timeout=probe["timeoutSeconds"]).returncode
         except subprocess.TimeoutExpired:
             return -1
 

@@ -187,21 +187,20 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
     fi
   fi
   # (a change of label is part of a switchover's write downtime: look often, it costs one sed)
-  sleep 0.2 &
-  wait $! || true
+  run sleep 0.2 || true
 done
 # A server told to stop for its replica label that has not stopped within FENCE_STOP_SECONDS (hung, or frozen) is
 # ended with the container: when PID 1 exits, the kernel kills every process of the container, the server's
 # included. The kubelet then shows the container stopped, and the operator promotes another server without
 # having to delete this pod (its fence_timeout_seconds, then the pod's grace period).
-fence_deadline=$((SECONDS + ${FENCE_STOP_SECONDS:-10}))
+# (counted in naps of 0.2 s: $SECONDS counts whole seconds, so a deadline from it comes up to a second early)
+naps=0
 while [ "$fencing" = 1 ] && kill -0 "$server" 2>/dev/null; do
-  if ((SECONDS >= fence_deadline)); then
+  if ((naps++ >= ${FENCE_STOP_SECONDS:-10} * 5)); then
     log "the server did not stop within ${FENCE_STOP_SECONDS:-10}s of its replica label: ending the container, and every process in it"
     exit 137
   fi
-  sleep 0.2 &
-  wait $! || true
+  run sleep 0.2 || true
 done
 rc=0
 while :; do
@@ -213,7 +212,6 @@ if [ "$fencing" = 1 ]; then
   : >"$FENCED"
   # (the operator's fenced.sh, started by exec as the label changed, reads the mark in this container: exec into
   # one that has exited fails, and then the operator waits for the kubelet to report it)
-  sleep "${FENCED_LINGER_SECONDS:-3}" &
-  wait $! || true
+  run sleep "${FENCED_LINGER_SECONDS:-3}" || true
 fi
 exit "$rc"
