@@ -18,6 +18,7 @@ import os
 import selectors
 import shlex
 import signal
+import subprocess
 import sys
 import sysconfig
 import traceback
@@ -114,6 +115,23 @@ _ORIGINAL_TQM_RUN = _tqm.TaskQueueManager.run
 _PYTHON = os.path.realpath(sys.executable)
 _INSTALLED = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib", "stdlib")})
 _SHARED_LOCAL_TMP = C.DEFAULT_LOCAL_TMP  # made when Ansible was imported, i.e. once, by the forkserver
+_IDENTITY = "import sys; print(repr((sys.prefix, sys.version, sys.path)))"
+
+
+def _interpreter_identity(path: str, env: dict[str, str] | None = None) -> str | None:
+    """What a module run by this interpreter would import from: its prefix, version and fresh sys.path."""
+    try:
+        proc = subprocess.run([path, "-c", _IDENTITY], capture_output=True, text=True, timeout=30,
+                              env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+# Taken once, by the forkserver: an interpreter the inventory names by another path (a wrapper script or a
+# symlink outside the venv, as an image's /usr/local/bin/python3 often is) is the same Python when a fresh
+# one of it would see exactly what a fresh one of ours sees.
+_OUR_IDENTITY = _interpreter_identity(sys.executable)
 
 
 class _PayloadModules(importlib.abc.MetaPathFinder):
@@ -205,7 +223,8 @@ def _module_invocation(cmd: object) -> dict[str, str] | None:
         env[k] = v
     if not inner or inner[1:] not in ([], ["&&", "sleep", "0"]):
         return None
-    if os.path.realpath(inner[0]) != _PYTHON:
+    if os.path.realpath(inner[0]) != _PYTHON and (
+            _OUR_IDENTITY is None or _interpreter_identity(inner[0], env) != _OUR_IDENTITY):
         return None
     return env
 
