@@ -42,9 +42,10 @@ import kubernetes.config
 import kubernetes.dynamic
 import yaml  # noqa: F401
 from ansible.plugins.loader import filter_loader, module_loader, module_utils_loader, test_loader
-from ansible.utils.collection_loader import AnsibleCollectionConfig
+from ansible.utils.collection_loader import AnsibleCollectionConfig, _collection_finder
 
 import runner.ansible.redact  # noqa: F401
+from runner.execution import warm_tasks
 
 # More from the installed packages only (never a collection's or a role's code): what kubernetes.core's
 # modules import (Ansible's URL helpers pull in cryptography's x509 and email: ~60 ms in every k8s task's
@@ -102,6 +103,26 @@ def _lazy_apis_alias() -> None:
 
 
 _lazy_apis_alias()
+
+_ORIGINAL_META_YML_TO_DICT = _collection_finder._meta_yml_to_dict
+_PARSED_META: dict[tuple[object, bytes], object] = {}
+
+
+def _meta_yml_to_dict(yaml_string_data: bytes | str, content_id: object) -> object:
+    """Ansible's parse of a collection's routing (meta/runtime.yml), remembered by content: Ansible's own
+    (370 KB of YAML, ~0.1 s) is parsed once, here in the forkserver, instead of in every run; a project's
+    edited runtime.yml is other content and is parsed afresh. A run's changes to what it is given stay in
+    that run's fork."""
+    data = yaml_string_data.encode() if isinstance(yaml_string_data, str) else bytes(yaml_string_data)
+    key = (content_id, hashlib.sha256(data).digest())
+    if key not in _PARSED_META:
+        _PARSED_META[key] = _ORIGINAL_META_YML_TO_DICT(yaml_string_data, content_id)
+    return _PARSED_META[key]
+
+
+_collection_finder._meta_yml_to_dict = _meta_yml_to_dict
+_meta_yml_to_dict(Path(C.__file__).with_name("config").joinpath("ansible_builtin_runtime.yml").read_bytes(),
+                  ("ansible.builtin", "runtime.yml"))
 
 # kubernetes.core's module_utils, imported once per run (from wherever the run's collections path finds
 # them, so a project's own copy or an upgrade applies to the next run) instead of once per task.
@@ -198,11 +219,10 @@ def _prepare_kubernetes_core() -> None:
     try:
         for name in _KUBERNETES_CORE_UTILS:
             importlib.import_module(name)
-        client = importlib.import_module(_KUBERNETES_CORE_CLIENT).get_api_client()
-        # no connection may outlive this process's use of it: forks sharing one TLS session would corrupt it
-        client.client.client.rest_client.pool_manager.clear()
+        importlib.import_module(_KUBERNETES_CORE_CLIENT).get_api_client()
     except Exception:
         pass
+    warm_tasks.drop_kubernetes_connections()
 
 
 def _module_invocation(cmd: object) -> dict[str, str] | None:
@@ -310,6 +330,8 @@ def run_playbook(argv: list[str], cwd: str, env: dict[str, str], artifact_dir: P
     os.close(devnull)
     if os.environ.get("PLAYBOOK_OPERATOR_MODULES_IN_PROCESS", "true").lower() != "false":
         _local.Connection.exec_command = _exec_command
+    if os.environ.get("PLAYBOOK_OPERATOR_TASKS_IN_PROCESS", "true").lower() != "false":
+        warm_tasks.install()
     _tqm.TaskQueueManager.run = _tqm_run
     from ansible.cli.playbook import PlaybookCLI
 
