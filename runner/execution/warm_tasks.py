@@ -56,6 +56,8 @@ def _is_skipped(task: Any, task_vars: dict[str, Any], loader: Any) -> bool:
     if not task.when or task.loop is not None or task.loop_with or task.delegate_to:
         return False
     try:
+        if hasattr(task, "_resolve_conditional"):  # ansible-core 2.19, as its TaskExecutor asks
+            return not task._resolve_conditional(task.when, task_vars)
         return not task.evaluate_conditional(Templar(loader=loader, variables=task_vars), task_vars)
     except Exception:  # the worker reports it, as it always has
         return False
