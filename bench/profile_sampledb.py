@@ -6,7 +6,8 @@ SampleDB), one after another, the first after start-up left out (it builds the m
 each run's job events (their `created` times):
 
 - per phase: Ansible's own start (to the first task), then per kind of task the time from a task's start
-  to its result (a skipped task still costs a task worker), and the controller's time between tasks;
+  to its result (a module's task in a forked task worker; set_fact, debug, assert and skipped tasks in the
+  run's own process), and the controller's time between tasks;
 - per task: the slowest, median over the runs;
 - the task counts by role: ok and skipped.
 
@@ -119,8 +120,9 @@ def profile_sampledb(kube: Kube, runs: int) -> tuple[float, int]:
     write_table("profile-sampledb", ["SampleDB steady-state run, median", "seconds", "tasks"], rows, notes=[
         f"{runs} runs one after another on a Ready 3-server SampleDB (kwok), each started by an annotation, after "
         "one left out; nothing changes in any of them (changed=0)",
-        "phases from each run's job events: a task runs from its start to its result (a task worker forked, "
-        "the arguments templated, the module run, the result sent back; a skipped task costs a worker too); "
+        "phases from each run's job events: a task runs from its start to its result (a module's task: a task "
+        "worker forked, the arguments templated, the module run, the result sent back; set_fact, debug, assert, "
+        "includes and skipped tasks run in the run's own process); "
         "between tasks is the controller's own work (callbacks, the next task's variables)"],
         role="the SampleDB operator (watches.yaml, roles/), warm executor")
     return whole, len(last.outcomes)
