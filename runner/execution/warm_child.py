@@ -9,6 +9,7 @@ reads from roles and collections is read by the run itself, so edits apply to th
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.abc
@@ -133,26 +134,58 @@ _KUBERNETES_CORE_CLIENT = "ansible_collections.kubernetes.core.plugins.module_ut
 
 _ORIGINAL_EXEC = _local.Connection.exec_command
 _ORIGINAL_TQM_RUN = _tqm.TaskQueueManager.run
-_PYTHON = os.path.realpath(sys.executable)
 _INSTALLED = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib", "stdlib")})
 _SHARED_LOCAL_TMP = C.DEFAULT_LOCAL_TMP  # made when Ansible was imported, i.e. once, by the forkserver
-_IDENTITY = "import sys; print(repr((sys.prefix, sys.version, sys.path)))"
+# What a module run by an interpreter would see: prefix, version, fresh sys.path, flags, warning options and
+# user; and the environment it runs with, which must be the one it was given (a shell adds only these).
+_PROBE = ("import os, sys; print(repr(((sys.prefix, sys.version, sys.path, tuple(sys.flags), sys.warnoptions, "
+          "os.getuid()), dict(os.environ))))")
+_SHELL_VARIABLES = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
 
 
-def _interpreter_identity(path: str, env: dict[str, str] | None = None) -> str | None:
-    """What a module run by this interpreter would import from: its prefix, version and fresh sys.path."""
+def _interpreter_identity(path: str, env: dict[str, str]) -> tuple | None:
+    """A fresh ``path``'s view, or None when it cannot say or would not run with the environment given."""
+    given = {**os.environ, **env}
     try:
-        proc = subprocess.run([path, "-c", _IDENTITY], capture_output=True, text=True, timeout=30,
-                              env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
+        proc = subprocess.run([path, "-c", _PROBE], capture_output=True, text=True, timeout=30, env=given,
+                              stdin=subprocess.DEVNULL)
+        view, seen = ast.literal_eval(proc.stdout) if proc.returncode == 0 else (None, {})
+    except (OSError, subprocess.SubprocessError, ValueError, SyntaxError):
         return None
-    return proc.stdout if proc.returncode == 0 else None
+    changed = {k for k in given.keys() | seen.keys() if given.get(k) != seen.get(k)} - _SHELL_VARIABLES
+    return None if changed else view
 
 
 # Taken once, by the forkserver: an interpreter the inventory names by another path (a wrapper script or a
-# symlink outside the venv, as an image's /usr/local/bin/python3 often is) is the same Python when a fresh
-# one of it would see exactly what a fresh one of ours sees.
-_OUR_IDENTITY = _interpreter_identity(sys.executable)
+# symlink, as an image's /usr/local/bin/python3 often is) is the same Python when a fresh one of it would
+# see exactly what a fresh one of ours sees.
+_OUR_IDENTITY = _interpreter_identity(sys.executable, {})
+
+
+def _is_our_python(path: str, env: dict[str, str]) -> bool:
+    """Asked once per interpreter file and module environment, not per task: the answer is kept in the
+    forkserver's local tmp, which every run and task shares."""
+    if path == sys.executable:
+        return True
+    if _OUR_IDENTITY is None:
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    key = hashlib.sha256(repr((path, st.st_ino, st.st_mtime_ns, st.st_size, sorted(env.items()))).encode())
+    answer = os.path.join(_SHARED_LOCAL_TMP, f"python-{key.hexdigest()[:24]}")
+    try:
+        with open(answer) as f:
+            return f.read() == "same"
+    except OSError:
+        pass
+    same = _interpreter_identity(path, env) == _OUR_IDENTITY
+    partial = f"{answer}.{os.getpid()}"
+    with open(partial, "w") as f:
+        f.write("same" if same else "other")
+    os.replace(partial, answer)
+    return same
 
 
 class _PayloadModules(importlib.abc.MetaPathFinder):
@@ -243,10 +276,7 @@ def _module_invocation(cmd: object) -> dict[str, str] | None:
         env[k] = v
     if not inner or inner[1:] not in ([], ["&&", "sleep", "0"]):
         return None
-    if os.path.realpath(inner[0]) != _PYTHON and (
-            _OUR_IDENTITY is None or _interpreter_identity(inner[0], env) != _OUR_IDENTITY):
-        return None
-    return env
+    return env if _is_our_python(inner[0], env) else None
 
 
 def _run_module_in_fork(payload: bytes, cwd: bytes | str | None, env: dict[str, str]) -> tuple[int, bytes, bytes]:

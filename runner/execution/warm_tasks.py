@@ -3,17 +3,19 @@
 Ansible forks a worker for every task, and a task that never leaves the controller pays for that fork,
 its templating and the result's trip back through the queue: about 0.03-0.05 s each, and SampleDB's
 steady-state run has 13 set_fact and 11 skipped tasks. Two kinds run in the run's own process here, the
-way a worker would run them (the same ``TaskExecutor``, a copy of the task, the result sent through the
-same queue, so callbacks, job events and registered variables are exactly a worker's):
+way a worker would run them (the same ``TaskExecutor``, a copy of the task and its parents, the result sent
+through the same queue, so callbacks, job events and registered variables are exactly a worker's):
 
-- the actions that are the controller's alone: set_fact, debug, assert, fail, include_tasks, include_role;
-- a task whose ``when`` is false for its host (without a loop: a loop's ``when`` is per item).
+- ansible-core's own set_fact, debug, assert and fail, and include_tasks and include_role;
+- a task whose ``when`` is false for its host (without a loop: a loop's ``when`` is per item). Should
+  ``TaskExecutor`` find it true after all (it adds connection variables first), it stops before the
+  action and the task gets its worker.
 
-Anything else, and anything whose conditional cannot be evaluated here, gets its worker as before.
-Templating here may run lookups (kubernetes.core's k8s lookup among them): no connection such a lookup
-pooled may reach a later fork, so each in-process step ends by dropping them.
+Anything else gets its worker as before, and so does a task with ``until``, ``timeout`` or a loop pause
+(they would sleep in the strategy's thread) or whose conditional cannot be evaluated here (the worker
+reports why). Templating here may run lookups (kubernetes.core's k8s lookup among them): no connection
+such a lookup pooled may reach a later fork, so each in-process step ends by dropping them.
 """
-
 from __future__ import annotations
 
 import inspect
@@ -28,14 +30,17 @@ from ansible.template import Templar
 from ansible.utils.fqcn import add_internal_fqcns
 
 try:  # ansible-core 2.19
+    from ansible._internal._errors import _error_utils
     from ansible._internal._task import TaskContext as _TaskContext
     from ansible.executor.task_result import _RawTaskResult
 except ImportError:  # ansible-core 2.18
+    _error_utils = None
     _TaskContext = None
     _RawTaskResult = None
 
-CONTROLLER_ACTIONS = frozenset(add_internal_fqcns(("set_fact", "debug", "assert", "fail", "include_tasks",
-                                                   "include_role")))
+# ansible-core's own plugins only: a project's action_plugins/debug.py resolves to another name
+CONTROLLER_ACTIONS = frozenset(f"ansible.builtin.{a}" for a in ("set_fact", "debug", "assert", "fail"))
+INCLUDES = frozenset(add_internal_fqcns(("include_tasks", "include_role")))  # never a plugin of a project's
 _KUBERNETES_CORE_CLIENT = "ansible_collections.kubernetes.core.plugins.module_utils.k8s.client"
 _EXECUTOR_TAKES_STDIN = "new_stdin" in inspect.signature(TaskExecutor.__init__).parameters
 _ORIGINAL_START = WorkerProcess.start
@@ -45,11 +50,18 @@ def drop_kubernetes_connections() -> None:
     """Closes the connections kubernetes.core's pooled clients hold in this process: a fork must never
     share a TLS session with its parent."""
     client = sys.modules.get(_KUBERNETES_CORE_CLIENT)
-    for k8s_client in getattr(client, "_pool", {}).values():
-        try:
-            k8s_client.client.client.rest_client.pool_manager.clear()
-        except AttributeError:
-            pass
+    for dynamic_client in getattr(client, "_pool", {}).values():  # K8SDynamicClient -> ApiClient -> RESTClientObject
+        dynamic_client.client.rest_client.pool_manager.clear()
+
+
+def _resolved_action(task: Any) -> str | None:
+    attrs = vars(task)  # 2.19's resolved_action property warns when asked too early
+    return attrs.get("_resolved_action", attrs.get("resolved_action"))
+
+
+def _waits(task: Any) -> bool:
+    """Retries, pauses and timeouts would sleep (or set an alarm) in the strategy's own thread."""
+    return bool(task.until or task.timeout or (task.loop_control and task.loop_control.pause))
 
 
 def _is_skipped(task: Any, task_vars: dict[str, Any], loader: Any) -> bool:
@@ -66,12 +78,42 @@ def _is_skipped(task: Any, task_vars: dict[str, Any], loader: Any) -> bool:
 
 
 def runs_in_process(task: Any, task_vars: dict[str, Any], loader: Any) -> bool:
-    return task.action in CONTROLLER_ACTIONS or _is_skipped(task, task_vars, loader)
+    if _waits(task):
+        return False
+    return (task.action in INCLUDES or _resolved_action(task) in CONTROLLER_ACTIONS
+            or _is_skipped(task, task_vars, loader))
 
 
-def _execute(worker: WorkerProcess) -> None:
-    # the worker's task is its own copy (a fork's); TaskExecutor templates the one it is given in place
-    task = worker._task.copy()
+class _NeedsWorker(BaseException):
+    """TaskExecutor found the task's `when` true after all (it adds connection variables before evaluating
+    it): a module must not run in this process. A BaseException, so TaskExecutor does not report it."""
+
+
+class _ControllerTaskExecutor(TaskExecutor):
+    def _get_action_handler_with_module_context(self, templar: Any) -> Any:
+        if _resolved_action(self._task) not in CONTROLLER_ACTIONS:
+            raise _NeedsWorker
+        return super()._get_action_handler_with_module_context(templar)
+
+
+def _error_result(exc: Exception) -> dict[str, Any]:
+    if _error_utils is not None:
+        return _error_utils.result_dict_from_exception(exc)
+    return {"failed": True, "msg": f"in-process task error: {exc}", "exception": traceback.format_exc()}
+
+
+def _send(worker: WorkerProcess, task: Any, result: dict[str, Any], task_fields: dict[str, Any]) -> None:
+    if _RawTaskResult is not None:
+        worker._final_q.send_task_result(_RawTaskResult(host=worker._host, task=task, return_data=result,
+                                                        task_fields=task_fields))
+    else:
+        worker._final_q.send_task_result(worker._host.name, task._uuid, result, task_fields=task_fields)
+
+
+def _execute(worker: WorkerProcess) -> bool:
+    """Runs the worker's task here, as its fork would; False when it needs the fork after all."""
+    # TaskExecutor templates the task it is given, and its parents, in place: a fork's are its own copies
+    task = worker._task.copy(exclude_tasks=True)
     kwargs: dict[str, Any] = dict(host=worker._host, task=task, job_vars=worker._task_vars,
                                   play_context=worker._play_context, loader=worker._loader,
                                   shared_loader_obj=worker._shared_loader_obj, final_q=worker._final_q,
@@ -81,22 +123,23 @@ def _execute(worker: WorkerProcess) -> None:
     context: AbstractContextManager[Any] = _TaskContext(task) if _TaskContext is not None else nullcontext()
     try:
         with context:
-            result = TaskExecutor(**kwargs).run()
+            result = _ControllerTaskExecutor(**kwargs).run()
+    except _NeedsWorker:
+        return False
     except Exception as exc:  # a worker would have died with it; here the task fails and says why
-        result = {"failed": True, "msg": f"in-process task error: {exc}", "exception": traceback.format_exc()}
+        result = _error_result(exc)
     finally:
         drop_kubernetes_connections()
-    if _RawTaskResult is not None:
-        worker._final_q.send_task_result(_RawTaskResult(host=worker._host, task=task, return_data=result,
-                                                        task_fields=task.dump_attrs()))
-    else:
-        worker._final_q.send_task_result(worker._host.name, task._uuid, result, task_fields=task.dump_attrs())
+    try:
+        _send(worker, task, result, task.dump_attrs())
+    except Exception as exc:  # as the worker does when a result cannot be pickled
+        _send(worker, task, _error_result(exc), {})
+    return True
 
 
 def _start(self: WorkerProcess) -> None:
-    if runs_in_process(self._task, self._task_vars, self._loader):
-        _execute(self)  # never started, so the strategy sees a finished worker and reuses its slot
-    else:
+    # a worker never started looks finished to the strategy, which reuses its slot
+    if not (runs_in_process(self._task, self._task_vars, self._loader) and _execute(self)):
         _ORIGINAL_START(self)
 
 

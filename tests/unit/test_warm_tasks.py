@@ -42,6 +42,10 @@ PLAYBOOK = f"""
     - name: a module still runs
       command: "true"
       changed_when: false
+    - name: true only once the connection's variables are in (TaskExecutor adds them)
+      command: "true"
+      changed_when: false
+      when: ansible_connection is defined and ansible_timeout is defined
 """
 
 
@@ -84,7 +88,7 @@ def test_in_process_tasks_give_a_workers_results(runs: dict[str, RunResult]) -> 
     assert warm.outcome.result and cold.outcome.result
     assert {k: v for k, v in warm.outcome.result.items() if k != "completion"} == \
         {k: v for k, v in cold.outcome.result.items() if k != "completion"} == \
-        {"ok": 10, "changed": 0, "skipped": 1, "failures": 0}
+        {"ok": 11, "changed": 0, "skipped": 1, "failures": 0}
     assert _summary(warm) == _summary(cold)
     assert ("runner_on_skipped", "skipped by its condition", None, None) in _summary(warm)
 
@@ -102,6 +106,7 @@ def test_a_no_log_task_in_process_leaves_no_secret(runs: dict[str, RunResult]) -
     ({"command": "true", "when": "a == 2"}, {"a": 1}, True),  # skipped: no worker needed to say so
     ({"command": "true", "when": "a == 1"}, {"a": 1}, False),
     ({"command": "true"}, {}, False),
+    ({"debug": {"msg": "hi"}, "until": "x is defined", "retries": 3}, {}, False),  # would sleep in the strategy
     ({"command": "true", "when": "item == 2", "loop": [1, 2]}, {}, False),  # a loop's `when` is per item
     ({"command": "true", "when": "undefined_thing"}, {}, False),  # the worker reports the error
     ({"kubernetes.core.k8s_info": {"kind": "Pod"}, "when": "a == 2", "delegate_to": "other"}, {"a": 1}, False),
@@ -114,3 +119,20 @@ def test_which_tasks_run_in_process(task: dict, task_vars: dict, in_process: boo
 
     loader = DataLoader()
     assert warm_tasks.runs_in_process(Task.load(task, loader=loader), task_vars, loader) is in_process
+
+
+def test_pooled_kubernetes_connections_are_closed(kube) -> None:
+    """After templating in the run's process (a k8s lookup), no pooled connection may reach a later fork."""
+    import kubernetes.client
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s import client as k8s_client
+
+    from runner.execution import warm_tasks
+
+    k8s_client.get_api_client()
+    pooled = list(k8s_client._pool.values())
+    assert pooled
+    for dynamic_client in pooled:
+        kubernetes.client.VersionApi(dynamic_client.client).get_code()
+    assert any(len(d.client.rest_client.pool_manager.pools) for d in pooled)
+    warm_tasks.drop_kubernetes_connections()
+    assert not any(len(d.client.rest_client.pool_manager.pools) for d in pooled)
