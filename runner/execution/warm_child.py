@@ -130,7 +130,6 @@ _meta_yml_to_dict(Path(C.__file__).with_name("config").joinpath("ansible_builtin
 _KUBERNETES_CORE_UTILS = [f"ansible_collections.kubernetes.core.plugins.module_utils.{m}" for m in (
     "k8s.runner", "k8s.core", "k8s.client", "k8s.service", "k8s.resource", "k8s.waiter", "common", "args_common",
     "selector", "apply", "hashes", "k8sdynamicclient", "client.discovery", "client.resource")]
-_KUBERNETES_CORE_CLIENT = "ansible_collections.kubernetes.core.plugins.module_utils.k8s.client"
 
 _ORIGINAL_EXEC = _local.Connection.exec_command
 _ORIGINAL_TQM_RUN = _tqm.TaskQueueManager.run
@@ -156,19 +155,13 @@ def _interpreter_identity(path: str, env: dict[str, str]) -> tuple | None:
     return None if changed else view
 
 
-# Taken once, by the forkserver: an interpreter the inventory names by another path (a wrapper script or a
-# symlink, as an image's /usr/local/bin/python3 often is) is the same Python when a fresh one of it would
-# see exactly what a fresh one of ours sees.
-_OUR_IDENTITY = _interpreter_identity(sys.executable, {})
-
-
 def _is_our_python(path: str, env: dict[str, str]) -> bool:
-    """Asked once per interpreter file and module environment, not per task: the answer is kept in the
-    forkserver's local tmp, which every run and task shares."""
+    """An interpreter the inventory names by another path (a wrapper script or a symlink, as an image's
+    /usr/local/bin/python3 often is) is ours when a fresh one of it would see exactly what a fresh one of
+    ours sees. Asked once per interpreter file and module environment, not per task: the answer is kept
+    in the forkserver's local tmp, which every run and task shares."""
     if path == sys.executable:
         return True
-    if _OUR_IDENTITY is None:
-        return False
     try:
         st = os.stat(path)
     except OSError:
@@ -180,7 +173,8 @@ def _is_our_python(path: str, env: dict[str, str]) -> bool:
             return f.read() == "same"
     except OSError:
         pass
-    same = _interpreter_identity(path, env) == _OUR_IDENTITY
+    theirs = _interpreter_identity(path, env)
+    same = theirs is not None and theirs == _interpreter_identity(sys.executable, env)
     partial = f"{answer}.{os.getpid()}"
     with open(partial, "w") as f:
         f.write("same" if same else "other")
@@ -247,12 +241,13 @@ def _prepare_kubernetes_core() -> None:
     run's environment (K8S_AUTH_*, KUBECONFIG): every task's module process is a fork of this one and finds
     both ready (the collection keeps clients in a pool keyed by their configuration), instead of importing,
     reading the kubeconfig and the discovery cache, and asking the server's version each time. A task
-    with other credentials misses the pool and builds its own, as before. Nothing here may fail a run: a
-    module that cannot build its client says why itself."""
+    with other credentials misses the pool and builds its own, as before. Building the client may not fail a
+    run (a module that cannot build its client says why itself); closing its connections before any fork
+    must not be skipped."""
     try:
         for name in _KUBERNETES_CORE_UTILS:
             importlib.import_module(name)
-        importlib.import_module(_KUBERNETES_CORE_CLIENT).get_api_client()
+        importlib.import_module(warm_tasks.KUBERNETES_CORE_CLIENT).get_api_client()
     except Exception:
         pass
     warm_tasks.drop_kubernetes_connections()
@@ -347,6 +342,10 @@ def _exec_command(self, cmd, in_data=None, sudoable=True):
     return _ORIGINAL_EXEC(self, cmd, in_data=in_data, sudoable=sudoable)
 
 
+def _switched_on(name: str) -> bool:
+    return os.environ.get(name, "true").lower() != "false"
+
+
 def run_playbook(argv: list[str], cwd: str, env: dict[str, str], artifact_dir: Path) -> int:
     """`ansible-playbook argv` in this process, with stdout and stderr in the run's artifacts."""
     os.environ.update(env)
@@ -358,9 +357,9 @@ def run_playbook(argv: list[str], cwd: str, env: dict[str, str], artifact_dir: P
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    if os.environ.get("PLAYBOOK_OPERATOR_MODULES_IN_PROCESS", "true").lower() != "false":
+    if _switched_on("PLAYBOOK_OPERATOR_MODULES_IN_PROCESS"):
         _local.Connection.exec_command = _exec_command
-    if os.environ.get("PLAYBOOK_OPERATOR_TASKS_IN_PROCESS", "true").lower() != "false":
+    if _switched_on("PLAYBOOK_OPERATOR_TASKS_IN_PROCESS"):
         warm_tasks.install()
     _tqm.TaskQueueManager.run = _tqm_run
     from ansible.cli.playbook import PlaybookCLI

@@ -41,7 +41,7 @@ except ImportError:  # ansible-core 2.18
 # ansible-core's own plugins only: a project's action_plugins/debug.py resolves to another name
 CONTROLLER_ACTIONS = frozenset(f"ansible.builtin.{a}" for a in ("set_fact", "debug", "assert", "fail"))
 INCLUDES = frozenset(add_internal_fqcns(("include_tasks", "include_role")))  # never a plugin of a project's
-_KUBERNETES_CORE_CLIENT = "ansible_collections.kubernetes.core.plugins.module_utils.k8s.client"
+KUBERNETES_CORE_CLIENT = "ansible_collections.kubernetes.core.plugins.module_utils.k8s.client"
 _EXECUTOR_TAKES_STDIN = "new_stdin" in inspect.signature(TaskExecutor.__init__).parameters
 _ORIGINAL_START = WorkerProcess.start
 
@@ -49,7 +49,7 @@ _ORIGINAL_START = WorkerProcess.start
 def drop_kubernetes_connections() -> None:
     """Closes the connections kubernetes.core's pooled clients hold in this process: a fork must never
     share a TLS session with its parent."""
-    client = sys.modules.get(_KUBERNETES_CORE_CLIENT)
+    client = sys.modules.get(KUBERNETES_CORE_CLIENT)
     for dynamic_client in getattr(client, "_pool", {}).values():  # K8SDynamicClient -> ApiClient -> RESTClientObject
         dynamic_client.client.rest_client.pool_manager.clear()
 

@@ -128,7 +128,7 @@ def test_pooled_kubernetes_connections_are_closed(kube) -> None:
 
     from runner.execution import warm_tasks
 
-    k8s_client.get_api_client()
+    k8s_client.get_api_client(kubeconfig=os.environ["KUBECONFIG"])  # (the default path is read at import)
     pooled = list(k8s_client._pool.values())
     assert pooled
     for dynamic_client in pooled:
