@@ -46,7 +46,7 @@ from ansible.plugins.loader import filter_loader, module_loader, module_utils_lo
 from ansible.utils.collection_loader import AnsibleCollectionConfig, _collection_finder
 
 import runner.ansible.redact  # noqa: F401
-from runner.execution import warm_tasks
+from runner.execution import warm_kubernetes, warm_shell, warm_tasks, warm_templar
 
 # More from the installed packages only (never a collection's or a role's code): what kubernetes.core's
 # modules import (Ansible's URL helpers pull in cryptography's x509 and email: ~60 ms in every k8s task's
@@ -104,6 +104,8 @@ def _lazy_apis_alias() -> None:
 
 
 _lazy_apis_alias()
+warm_templar.install()
+warm_kubernetes.install()
 
 _ORIGINAL_META_YML_TO_DICT = _collection_finder._meta_yml_to_dict
 _PARSED_META: dict[tuple[object, bytes], object] = {}
@@ -333,12 +335,13 @@ def _run_module_in_fork(payload: bytes, cwd: bytes | str | None, env: dict[str, 
 
 
 def _exec_command(self, cmd, in_data=None, sudoable=True):
-    if in_data is not None and not (sudoable and self.become):
-        env = _module_invocation(cmd)
-        if env is not None:
+    if not (sudoable and self.become):
+        env = _module_invocation(cmd) if in_data is not None else None
+        done = warm_shell.run_recorded(cmd) if in_data is None else None
+        if env is not None or done is not None:
             # keep what the base class does first (it records the command for `ansible -vvv`)
             super(_local.Connection, self).exec_command(cmd, in_data=in_data, sudoable=sudoable)
-            return _run_module_in_fork(in_data, self.cwd, env)
+            return done if done is not None else _run_module_in_fork(in_data, self.cwd, env)
     return _ORIGINAL_EXEC(self, cmd, in_data=in_data, sudoable=sudoable)
 
 
@@ -359,6 +362,7 @@ def run_playbook(argv: list[str], cwd: str, env: dict[str, str], artifact_dir: P
     os.close(devnull)
     if _switched_on("PLAYBOOK_OPERATOR_MODULES_IN_PROCESS"):
         _local.Connection.exec_command = _exec_command
+        warm_shell.install()
     if _switched_on("PLAYBOOK_OPERATOR_TASKS_IN_PROCESS"):
         warm_tasks.install()
     _tqm.TaskQueueManager.run = _tqm_run
@@ -369,3 +373,4 @@ def run_playbook(argv: list[str], cwd: str, env: dict[str, str], artifact_dir: P
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return 0
+
