@@ -255,6 +255,9 @@ WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLE
 # What an operator running the bench role writes: the Bench objects (status, finalizers), the role's
 # ConfigMaps and Events. Other resources (Leases renewed by the control plane every few seconds) are noise.
 TOUCHED = frozenset({(GROUP, PLURAL), ("", "configmaps"), ("", "events"), ("events.k8s.io", "events")})
+# Events through events.k8s.io come from Kubernetes' own components (the scheduler's event series): the operator,
+# kopf and operator_sdk.util.k8s_event write core v1 Events. Counted, and named apart ("events.events.k8s.io").
+COMPONENT_EVENTS = "events.k8s.io"
 WriteKey = tuple[str, str, str]  # (resource[/subresource], verb, HTTP code)
 
 
@@ -266,6 +269,7 @@ def apiserver_writes(kube: Kube) -> dict[WriteKey, float]:
     for labels, value in samples(text, "apiserver_request"):
         if labels.get("verb") in WRITE_VERBS and (labels.get("group", ""), labels.get("resource")) in TOUCHED:
             what = labels["resource"] + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+            what += f".{labels['group']}" if labels.get("group") == COMPONENT_EVENTS else ""
             what += " (dry run)" if labels.get("dry_run") else ""
             key = (what, labels["verb"], labels.get("code", ""))
             counts[key] = counts.get(key, 0.0) + value

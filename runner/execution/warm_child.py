@@ -42,7 +42,15 @@ import kubernetes.client
 import kubernetes.config
 import kubernetes.dynamic
 import yaml  # noqa: F401
-from ansible.plugins.loader import filter_loader, module_loader, module_utils_loader, test_loader
+from ansible.plugins.loader import (
+    become_loader,
+    connection_loader,
+    filter_loader,
+    module_loader,
+    module_utils_loader,
+    shell_loader,
+    test_loader,
+)
 from ansible.utils.collection_loader import AnsibleCollectionConfig, _collection_finder
 
 import runner.ansible.redact  # noqa: F401
@@ -72,6 +80,11 @@ for _name in _INSTALLED_PRELOAD:
         importlib.import_module(_name)
     except ImportError:
         pass
+# Every run's PlaybookExecutor loads all connection, shell and become plugins, reading each one's option
+# definitions from its DOCUMENTATION (~40 ms of YAML a run); Ansible keeps them in its configuration once read.
+# Here they are read once for Ansible's own plugins; a project's own are still read by the run.
+for _loader in (connection_loader, shell_loader, become_loader):
+    list(_loader.all(class_only=True))
 
 
 def _lazy_apis_alias() -> None:

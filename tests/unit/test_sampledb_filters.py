@@ -29,3 +29,14 @@ def test_the_newest_completed_backup_and_the_last_scheduled_start() -> None:
 def test_never_is_zero() -> None:
     assert filters.sampledb_backup_times([], None) == {"last_success": 0, "last_scheduled": 0}
     assert filters.sampledb_backup_times([backup("Failed")], "") == {"last_success": 0, "last_scheduled": 0}
+
+
+def test_the_object_of_a_kind_as_applied() -> None:
+    one = {"changed": False, "result": {"kind": "CronJob", "status": {"lastScheduleTime": "2026-11-24T12:00:00Z"}}}
+    several = {"changed": False, "result": {"results": [
+        {"changed": False, "method": "apply", "result": {"kind": "PersistentVolumeClaim"}},
+        {"changed": True, "method": "apply", "result": {"kind": "CronJob", "spec": {"suspend": True}}}]}}
+    assert filters.sampledb_applied(one, "CronJob") == one["result"]
+    assert filters.sampledb_applied(several, "CronJob") == {"kind": "CronJob", "spec": {"suspend": True}}
+    assert filters.sampledb_applied(several, "StatefulSet") == {}
+    assert filters.sampledb_applied({"skipped": True}, "CronJob") == {}

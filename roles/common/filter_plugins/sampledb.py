@@ -68,9 +68,18 @@ def sampledb_backup_times(records, last_schedule_time=None):
             "last_scheduled": _epoch(last_schedule_time) if last_schedule_time else 0}
 
 
+def sampledb_applied(registered, kind):
+    """The object of ``kind`` as a kubernetes.core.k8s task returned it (its registered result, one object
+    or a list applied together); {} when it applied none."""
+    result = (registered or {}).get("result") or {}
+    objects = [r.get("result") or {} for r in result.get("results") or []] if "results" in result else [result]
+    return next((o for o in objects if o.get("kind") == kind), {})
+
+
 class FilterModule:
     def filters(self):
         return {"sampledb_rollout_front": sampledb_rollout_front,
                 "sampledb_job_state": sampledb_job_state,
                 "sampledb_postgresql_conf": sampledb_postgresql_conf,
-                "sampledb_backup_times": sampledb_backup_times}
+                "sampledb_backup_times": sampledb_backup_times,
+                "sampledb_applied": sampledb_applied}
