@@ -7,7 +7,8 @@ each run's job events (their `created` times):
 
 - per phase: Ansible's own start (to the first task), then per kind of task the time from a task's start
   to its result (a module's task in a forked task worker; set_fact, debug, assert and skipped tasks in the
-  run's own process), and the controller's time between tasks;
+  run's own process), the controller's time between tasks, and the rest of the run's time (outside the
+  playbook's events: the run's fork, Ansible's command line, loading the playbook and its roles);
 - per task: the slowest, median over the runs;
 - the task counts by role: ok and skipped.
 
@@ -33,6 +34,7 @@ from tests.sampledb import GROUP, PLURAL, VERSION, gone, sample, wait_phase
 
 NAME = "db"
 START, BETWEEN = "Ansible's start (to the first task)", "the controller between tasks"
+OUTSIDE = "outside the playbook's events (the run's fork, Ansible's command line, the playbook and roles loaded, the events read)"
 RESULT_EVENTS = ("runner_on_ok", "runner_on_skipped", "runner_on_failed")
 
 
@@ -61,6 +63,8 @@ class Run:
                 self.tasks[f"{data.get('role', '')}: {data.get('task', '')}"] = _at(e) - current["at"]
                 self.outcomes.append((data.get("role", ""), outcome))
                 last_result, current = _at(e), None
+        if events:
+            self.phases[OUTSIDE] = max(0.0, seconds - (_at(events[-1]) - _at(events[0])))
 
 
 def latest_run_events(op: OperatorProcess) -> list[dict[str, Any]]:
