@@ -1,17 +1,19 @@
 """Ansible's housekeeping around a module's run on the local connection, done by the task worker itself.
 
 Before and after a module whose action plugin handles files (kubernetes.core's k8s and k8s_info among
-them), Ansible runs three commands through ``/bin/sh``: ``echo ~``, a ``mkdir`` of the task's remote tmp
+them), Ansible runs three commands through ``/bin/sh``: ``echo ~user``, a ``mkdir`` of the task's remote tmp
 directory and an ``rm -f -r`` of it, each followed by ``sleep 0``: seven processes and about 10 ms a task.
 Here the sh shell plugin's own commands are recognised by the exact string it returned in this process,
 and done with the same effect (directories made with the mode the command's umask gives, the same
-output). Nothing else is: a path a shell would expand, a username, a system tmp directory, or any error
-(the real command then runs, so the message is Ansible's own).
+output). Nothing else is: a path a shell would expand, a bare ``~`` ($HOME), a system tmp directory, a
+removal of anything but a task's tmp directory, or any error (the real command then runs, so the message is
+Ansible's own).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -23,6 +25,7 @@ from ansible.plugins.shell import ShellBase
 # what `echo <path>` prints unchanged: nothing for the shell to expand or split
 _LITERAL = re.compile(r"[A-Za-z0-9_./@%+=:,-]+")
 _SUFFIX = " && sleep 0"
+_USER_NAME = re.compile(r"[_.A-Za-z0-9][-_.A-Za-z0-9]*")  # as the sh plugin passes it unquoted
 _RECORDED: dict[str, Callable[[], bytes]] = {}
 
 
@@ -38,13 +41,25 @@ def _mkdtemp(basetmpdir: str, basetmp: str, basefile: str) -> Callable[[], bytes
         while parent and not os.path.isdir(parent):
             missing.append(parent)
             parent = os.path.dirname(parent.rstrip("/"))
+        umask = os.umask(0o077)  # as the command's subshell: a parent's setgid bit and default ACL still apply
         try:
             for path in [*reversed(missing), basetmp]:
-                os.mkdir(path, 0o700)
-                os.chmod(path, 0o700)  # as under umask 77, whatever this process's umask
+                os.mkdir(path)
         except OSError:
             raise _Fallback from None
+        finally:
+            os.umask(umask)
         return f"{basefile}={basetmp}\n".encode()
+
+    return run
+
+
+def _home_of(name: str) -> Callable[[], bytes]:
+    def run() -> bytes:
+        try:
+            return (pwd.getpwnam(name).pw_dir + "\n").encode()
+        except KeyError:  # sh prints ~name unchanged
+            raise _Fallback from None
 
     return run
 
@@ -117,15 +132,21 @@ def _recording_mkdtemp(self, basefile=None, system=False, mode=0o700, tmpdir=Non
 
 def _recording_expand_user(self, user_home_path, username=""):
     cmd = _ORIGINAL_EXPAND_USER(self, user_home_path, username=username)
-    if _is_sh(self) and user_home_path == "~" and not username:
-        # sh's ~ is $HOME, else the user's home from the password database: as expanduser's
-        _record(cmd, lambda: (os.path.expanduser("~") + "\n").encode())
+    # `echo ~name` (Ansible names the user, e.g. ~root for the local connection): the home directory in the
+    # password database, as sh's tilde expansion gives it. A bare ~ ($HOME, which sh prints as it is) and an
+    # unknown user are the shell's.
+    name = user_home_path[1:] if isinstance(user_home_path, str) and user_home_path.startswith("~") else ""
+    if _is_sh(self) and _USER_NAME.fullmatch(name) and not username:
+        _record(cmd, _home_of(name))
     return cmd
 
 
 def _recording_remove(self, path, recurse=False):
     cmd = _ORIGINAL_REMOVE(self, path, recurse=recurse)
-    if _is_sh(self) and isinstance(path, str) and path.startswith("/"):
+    # only what Ansible removes after a task: its own tmp directory, by a plain absolute path (never `.`, `..`
+    # or `/`, which rm refuses and rmtree would empty before failing)
+    plain = isinstance(path, str) and path.startswith("/") and os.path.normpath(path) == path.rstrip("/") != ""
+    if _is_sh(self) and plain and "-tmp-" in os.path.basename(path.rstrip("/")):
         _record(cmd, _remove(path, recurse))
     return cmd
 

@@ -26,6 +26,10 @@ class _NotLiteral(Exception):
     """The value's repr would not parse back to an equal copy: Ansible's own road decides."""
 
 
+_MAX_DEPTH = 100  # Python's parser refuses 200 nested brackets, and Ansible then keeps the text
+_MAX_INT_BITS = 14_000  # about 4,200 digits: repr refuses an int over 4,300
+
+
 def _copy(value: Any, active: set[int]) -> Any:
     """What ``ast.literal_eval(repr(value))`` returns, or _NotLiteral."""
     kind = type(value).__repr__
@@ -34,13 +38,15 @@ def _copy(value: Any, active: set[int]) -> Any:
     if kind in _STR_REPRS:
         return str.__str__(value)
     if kind is int.__repr__:
-        return int(value)
+        if int.bit_length(value) > _MAX_INT_BITS:
+            raise _NotLiteral
+        return int.__int__(value)  # (a subclass's own __int__ is not what its repr shows)
     if kind is float.__repr__:
         if not math.isfinite(value):  # 'nan', 'inf': not literals
             raise _NotLiteral
-        return float(value)
+        return float.__float__(value)
     if kind in (list.__repr__, tuple.__repr__, dict.__repr__):
-        if id(value) in active:  # repr shows '[...]'
+        if id(value) in active or len(active) >= _MAX_DEPTH:  # a cycle's repr shows '[...]'
             raise _NotLiteral
         active.add(id(value))
         try:

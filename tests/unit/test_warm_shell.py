@@ -5,6 +5,7 @@ the shell would expand, and any error, is left to the shell."""
 from __future__ import annotations
 
 import asyncio
+import getpass
 import os
 import shlex
 import stat
@@ -43,14 +44,16 @@ def _modes(top: Path) -> list[tuple[str, int]]:
     return [(str(p.relative_to(top)), stat.S_IMODE(p.stat().st_mode)) for p in sorted(top.rglob("*"))]
 
 
-def test_a_tmp_directory_as_the_shell_makes_it(sh, tmp_path: Path) -> None:
+@pytest.mark.parametrize("parent_mode", [0o755, 0o2775])  # a setgid parent's bit is inherited, as by mkdir
+def test_a_tmp_directory_as_the_shell_makes_it(sh, tmp_path: Path, parent_mode: int) -> None:
+    tmp_path.chmod(parent_mode)
     for who in ("shell", "here"):
         base = tmp_path / who / "remote" / "tmp"
         cmd = sh.mkdtemp(basefile="ansible-tmp-1.2-3-4", tmpdir=str(base))
         done = warm_shell.run_recorded(_as_run(cmd)) if who == "here" else _by_shell(cmd)
         assert done == (0, f"ansible-tmp-1.2-3-4={base}/ansible-tmp-1.2-3-4\n".encode(), b"")
     assert _modes(tmp_path / "here") == _modes(tmp_path / "shell")
-    assert _modes(tmp_path / "here")[-1] == ("remote/tmp/ansible-tmp-1.2-3-4", 0o700)
+    assert _modes(tmp_path / "here")[-1] == ("remote/tmp/ansible-tmp-1.2-3-4", 0o700 | (parent_mode & stat.S_ISGID))
     # once only: the same command again is the shell's (and fails there, as the directory exists)
     assert warm_shell.run_recorded(_as_run(cmd)) is None
 
@@ -66,7 +69,8 @@ def test_removed_as_rm_removes_it(sh, tmp_path: Path) -> None:
 
 
 def test_home_as_the_shell_expands_it(sh) -> None:
-    cmd = sh.expand_user("~")
+    """As ActionBase._remote_expand_user asks it on the local connection: ~ and the user's name."""
+    cmd = sh.expand_user("~" + getpass.getuser())
     assert warm_shell.run_recorded(_as_run(cmd)) == _by_shell(cmd)
 
 
@@ -74,8 +78,11 @@ def test_home_as_the_shell_expands_it(sh) -> None:
     lambda sh, tmp: sh.mkdtemp(basefile="b", tmpdir="$HOME/.ansible/tmp"),  # the shell expands it
     lambda sh, tmp: sh.mkdtemp(basefile="b", tmpdir=str(tmp), system=True),
     lambda sh, tmp: sh.mkdtemp(basefile="b", tmpdir=str(tmp / "a file" / "x")),
-    lambda sh, tmp: sh.expand_user("~someone"),
+    lambda sh, tmp: sh.expand_user("~"),  # $HOME, which sh prints as it is
+    lambda sh, tmp: sh.expand_user("~no-such-user-here"),  # sh prints it unchanged
     lambda sh, tmp: sh.expand_user("~", username="someone"),
+    lambda sh, tmp: sh.remove(str(tmp / "not-a-task-dir"), recurse=True),
+    lambda sh, tmp: sh.remove(str(tmp / "ansible-tmp-1") + "/.", recurse=True),  # rm refuses `.`
     lambda sh, tmp: "echo ~",  # not the shell plugin's own in this process
 ])
 def test_left_to_the_shell(sh, tmp_path: Path, make) -> None:

@@ -75,9 +75,18 @@ def test_data_is_copied_not_shared(faster: None) -> None:
     assert VARIABLES["pods"][0]["metadata"]["name"] == "db-0"
 
 
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(("value", "copied"), [
     ([1, True, 2.5, None, "s", (1, "t"), {"k": -0.0}], True),
     ([float("inf")], False), ({"b": b"x"}, False), ([{1}], False), ([object()], False),
+    ([10**5000], False),  # repr refuses it
+    (_nested(150), False),  # deeper than Python's parser takes at 200: Ansible keeps the text
 ])
 def test_what_is_copied_directly(value: object, copied: bool) -> None:
     """Only values whose repr parses back to an equal copy; the rest take Ansible's road."""
@@ -86,6 +95,14 @@ def test_what_is_copied_directly(value: object, copied: bool) -> None:
     else:
         with pytest.raises(warm_templar._NotLiteral):
             warm_templar._copy(value, set())
+
+
+def test_an_int_as_its_repr_shows_it() -> None:
+    class Odd(int):
+        def __int__(self) -> int:
+            return 7
+
+    assert warm_templar._copy([Odd(3)], set()) == [3]
 
 
 def test_a_cycle_takes_ansibles_road() -> None:
