@@ -352,8 +352,9 @@ def _exec_command(self, cmd, in_data=None, sudoable=True):
         env = _module_invocation(cmd) if in_data is not None else None
         done = warm_shell.run_recorded(cmd) if in_data is None else None
         if env is not None or done is not None:
-            # keep what the base class does first (it records the command for `ansible -vvv`)
+            # keep what the base class does first, and the line `ansible -vvv` prints for a command
             super(_local.Connection, self).exec_command(cmd, in_data=in_data, sudoable=sudoable)
+            _local.display.vvv(f"EXEC {cmd}", host=self._play_context.remote_addr)
             return done if done is not None else _run_module_in_fork(in_data, self.cwd, env)
     return _ORIGINAL_EXEC(self, cmd, in_data=in_data, sudoable=sudoable)
 
