@@ -387,4 +387,3 @@ def run_playbook(argv: list[str], cwd: str, env: dict[str, str], artifact_dir: P
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return 0
-

@@ -2,7 +2,7 @@
 
 Before and after a module whose action plugin handles files (kubernetes.core's k8s and k8s_info among
 them), Ansible runs three commands through ``/bin/sh``: ``echo ~user``, a ``mkdir`` of the task's remote tmp
-directory and an ``rm -f -r`` of it, each followed by ``sleep 0``: seven processes and about 10 ms a task.
+directory and an ``rm -f -r`` of it, each followed by ``sleep 0``: about eight processes and 10 ms a task.
 Here the sh shell plugin's own commands are recognised by the exact string it returned in this process,
 and done with the same effect (directories made with the mode the command's umask gives, the same
 output). Nothing else is: a path a shell would expand, a bare ``~`` ($HOME), a system tmp directory, a
