@@ -271,13 +271,9 @@ def _prepare_kubernetes_core() -> None:
 def _module_invocation(cmd: object) -> dict[str, str] | None:
     """For `/bin/sh -c '[VAR=value ...] <our python> && sleep 0'` (a pipelined module), the environment
     assignments; None for anything else."""
-    if not isinstance(cmd, str):
-        return None
+    argument = warm_shell.shell_argument(cmd)
     try:
-        outer = shlex.split(cmd)
-        if len(outer) != 3 or outer[1] != "-c":
-            return None
-        inner = shlex.split(outer[2])
+        inner = shlex.split(argument) if argument is not None else []
     except ValueError:
         return None
     env: dict[str, str] = {}

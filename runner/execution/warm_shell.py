@@ -91,19 +91,23 @@ def _record(cmd: str, run: Callable[[], bytes]) -> str:
     return cmd
 
 
-def run_recorded(cmd: object) -> tuple[int, bytes, bytes] | None:
-    """For `<executable> -c '<a command recorded here> && sleep 0'`: its exit code and output, done here;
-    None when the shell must run it."""
+def shell_argument(cmd: object) -> str | None:
+    """The command string of `<executable> -c '<command>'`, as the local connection is given every command;
+    None for anything else."""
     if not isinstance(cmd, str):
         return None
     try:
         words = shlex.split(cmd)
     except ValueError:
         return None
-    if len(words) != 3 or words[1] != "-c":
-        return None
-    inner = words[2].removesuffix(_SUFFIX)
-    run = _RECORDED.pop(inner, None)
+    return words[2] if len(words) == 3 and words[1] == "-c" else None
+
+
+def run_recorded(cmd: object) -> tuple[int, bytes, bytes] | None:
+    """For `<executable> -c '<a command recorded here> && sleep 0'`: its exit code and output, done here;
+    None when the shell must run it."""
+    inner = shell_argument(cmd)
+    run = _RECORDED.pop(inner.removesuffix(_SUFFIX), None) if inner is not None else None
     if run is None:
         return None
     try:
