@@ -7,9 +7,11 @@ way a worker would run them (the same ``TaskExecutor``, a copy of the task and i
 through the same queue, so callbacks, job events and registered variables are exactly a worker's):
 
 - ansible-core's own set_fact, debug, assert and fail, and include_tasks and include_role;
-- a task whose ``when`` is false for its host (without a loop: a loop's ``when`` is per item). Should
-  ``TaskExecutor`` find it true after all (it adds connection variables first), it stops before the
-  action and the task gets its worker.
+- this runtime's own operator_sdk.util.osdk_metric and requeue_after, whose action plugins only check
+  their arguments and return them (a project's own collection of that name gets workers);
+- a task whose ``when`` is false for its host (without a loop: a loop's ``when`` is per item), and a task
+  whose loop has no items. Should ``TaskExecutor`` find one to run after all (it adds connection variables
+  before evaluating ``when``), it stops before the action and the task gets its worker.
 
 Anything else gets its worker as before, and so does a task with ``until``, ``timeout`` or a loop pause
 (they would sleep in the strategy's thread) or whose conditional cannot be evaluated here (the worker
@@ -19,6 +21,7 @@ such a lookup pooled may reach a later fork, so each in-process step ends by dro
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 import traceback
 from contextlib import AbstractContextManager, nullcontext
@@ -28,6 +31,8 @@ from ansible.executor.process.worker import WorkerProcess
 from ansible.executor.task_executor import TaskExecutor
 from ansible.template import Templar
 from ansible.utils.fqcn import add_internal_fqcns
+
+from ..ansible import COLLECTIONS_DIR
 
 try:  # ansible-core 2.19
     from ansible._internal._errors import _error_utils
@@ -41,6 +46,8 @@ except ImportError:  # ansible-core 2.18
 # ansible-core's own plugins only: a project's action_plugins/debug.py resolves to another name
 CONTROLLER_ACTIONS = frozenset(f"ansible.builtin.{a}" for a in ("set_fact", "debug", "assert", "fail"))
 INCLUDES = frozenset(add_internal_fqcns(("include_tasks", "include_role")))  # never a plugin of a project's
+OWN_ACTIONS = frozenset(f"operator_sdk.util.{a}" for a in ("osdk_metric", "requeue_after"))
+OWN_ACTION_PLUGINS = os.path.join(os.path.realpath(COLLECTIONS_DIR), "ansible_collections", "operator_sdk", "util", "plugins", "action", "")
 KUBERNETES_CORE_CLIENT = "ansible_collections.kubernetes.core.plugins.module_utils.k8s.client"
 _EXECUTOR_TAKES_STDIN = "new_stdin" in inspect.signature(TaskExecutor.__init__).parameters
 _ORIGINAL_START = WorkerProcess.start
@@ -77,23 +84,47 @@ def _is_skipped(task: Any, task_vars: dict[str, Any], loader: Any) -> bool:
         drop_kubernetes_connections()
 
 
+def is_own_plugin(cls: type) -> bool:
+    """An action plugin of this runtime's operator_sdk.util (not of a project's collection of that name)."""
+    try:
+        return os.path.realpath(inspect.getfile(cls)).startswith(OWN_ACTION_PLUGINS)
+    except TypeError:  # no file known for it
+        return False
+
+
+def _loops(task: Any) -> bool:
+    """A ``loop`` (not a ``with_*`` lookup). TaskExecutor templates its items here: with none, it reports the
+    task skipped without an action; with some, a module's task gets its worker before the first item."""
+    return task.loop is not None and not task.loop_with and not task.delegate_to
+
+
 def runs_in_process(task: Any, task_vars: dict[str, Any], loader: Any) -> bool:
     if _waits(task):
         return False
-    return (task.action in INCLUDES or _resolved_action(task) in CONTROLLER_ACTIONS
-            or _is_skipped(task, task_vars, loader))
+    return (task.action in INCLUDES or _resolved_action(task) in CONTROLLER_ACTIONS | OWN_ACTIONS
+            or _is_skipped(task, task_vars, loader) or _loops(task))
 
 
 class _NeedsWorker(BaseException):
     """TaskExecutor found the task's `when` true after all (it adds connection variables before evaluating
-    it): a module must not run in this process. A BaseException, so TaskExecutor does not report it."""
+    it), or its loop has items: a module must not run in this process. A BaseException, so TaskExecutor does
+    not report it."""
 
 
 class _ControllerTaskExecutor(TaskExecutor):
-    def _get_action_handler_with_module_context(self, templar: Any) -> Any:
-        if _resolved_action(self._task) not in CONTROLLER_ACTIONS:
+    def _run_loop(self, items: list[Any]) -> Any:
+        if _resolved_action(self._task) not in CONTROLLER_ACTIONS | OWN_ACTIONS:
             raise _NeedsWorker
-        return super()._get_action_handler_with_module_context(templar)
+        return super()._run_loop(items)
+
+    def _get_action_handler_with_module_context(self, templar: Any) -> Any:
+        action = _resolved_action(self._task)
+        if action not in CONTROLLER_ACTIONS | OWN_ACTIONS:
+            raise _NeedsWorker
+        found = super()._get_action_handler_with_module_context(templar)
+        if action in OWN_ACTIONS and not is_own_plugin(type(found[0])):
+            raise _NeedsWorker  # a project's own operator_sdk.util: its plugin may do anything
+        return found
 
 
 def _error_result(exc: Exception) -> dict[str, Any]:

@@ -5,12 +5,16 @@ job events and no_log censoring as a cold run (ansible-runner starting ansible-p
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from runner.ansible import COLLECTIONS_DIR
 from runner.execution.base import RunRequest, RunResult
 from runner.execution.cold import ColdExecutor
 from runner.execution.warm import WarmExecutor
@@ -46,6 +50,29 @@ PLAYBOOK = f"""
       command: "true"
       changed_when: false
       when: ansible_connection is defined and ansible_timeout is defined
+    - name: a loop with no items
+      command: "false"
+      loop: "{{{{ [1, 2] | select('gt', 5) | list }}}}"
+    - name: a loop with items still runs its module
+      command: "echo {{{{ item }}}}"
+      changed_when: false
+      loop: "{{{{ [1, 2, 7] | select('gt', 5) | list }}}}"
+    - name: a metric (operator_sdk.util's action plugin)
+      operator_sdk.util.osdk_metric:
+        name: things_total
+        description: Things
+        labels: {{kind: "{{{{ a }}}}"}}
+        gauge: {{set: "{{{{ a + 1 }}}}"}}
+      loop: [1]
+    - name: a metric with two types
+      operator_sdk.util.osdk_metric: {{name: x, description: x, gauge: {{set: 1}}, counter: {{increment: true}}}}
+      ignore_errors: true
+    - name: a metric with an argument of the wrong type
+      operator_sdk.util.osdk_metric: {{name: x, description: x, gauge: {{set: "many"}}}}
+      ignore_errors: true
+    - operator_sdk.util.requeue_after: {{time: 30s}}
+    - operator_sdk.util.requeue_after: {{time: soon}}
+      ignore_errors: true
 """
 
 
@@ -55,7 +82,9 @@ def _summary(result: RunResult) -> list[tuple]:
         data = ev.get("event_data") or {}
         if ev.get("event", "").startswith("runner_on_") or ev.get("event") == "runner_item_on_ok":
             res = data.get("res") or {}
-            rows.append((ev["event"], data.get("task"), res.get("changed"), res.get("msg")))
+            rows.append((ev["event"], data.get("task"), res.get("changed"), res.get("msg"),
+                         res.get("osdk_metric") or next((r.get("osdk_metric") for r in res.get("results", [])), None),
+                         res.get("period"), res.get("skipped_reason")))
     return rows
 
 
@@ -73,12 +102,19 @@ async def _run(executor_cls: type, tmp_path: Path) -> RunResult:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunResult]:
     out = {}
-    # cold first: the warm executor puts its run environment into this process's for its forkserver
-    for name, cls in (("cold", ColdExecutor), ("warm", WarmExecutor)):
-        d = tmp_path_factory.mktemp(name)
-        (d / "playbook.yml").write_text(PLAYBOOK)
-        (d / "included.yml").write_text("- set_fact: {included_ran: true}\n")
-        out[name] = asyncio.run(_run(cls, d))
+    before = dict(os.environ)
+    try:
+        # cold first: the warm executor puts its run environment into this process's for its forkserver
+        for name, cls in (("cold", ColdExecutor), ("warm", WarmExecutor)):
+            d = tmp_path_factory.mktemp(name)
+            (d / "playbook.yml").write_text(PLAYBOOK)
+            (d / "included.yml").write_text("- set_fact: {included_ran: true}\n")
+            # operator_sdk.util beside the playbook: this process's forkserver may predate this test's environment
+            (d / "collections").symlink_to(COLLECTIONS_DIR)
+            out[name] = asyncio.run(_run(cls, d))
+    finally:  # not for later tests (molecule's ansible-playbook would find ansible-runner's callback in it)
+        os.environ.clear()
+        os.environ.update(before)
     return out
 
 
@@ -88,15 +124,44 @@ def test_in_process_tasks_give_a_workers_results(runs: dict[str, RunResult]) -> 
     assert warm.outcome.result and cold.outcome.result
     assert {k: v for k, v in warm.outcome.result.items() if k != "completion"} == \
         {k: v for k, v in cold.outcome.result.items() if k != "completion"} == \
-        {"ok": 11, "changed": 0, "skipped": 1, "failures": 0}
+        {"ok": 17, "changed": 1, "skipped": 2, "failures": 0}
     assert _summary(warm) == _summary(cold)
-    assert ("runner_on_skipped", "skipped by its condition", None, None) in _summary(warm)
+    summary = _summary(warm)
+    assert ("runner_on_skipped", "skipped by its condition", None, None, None, None, None) in summary
+    assert ("runner_on_skipped", "a loop with no items", None, None, None, None, None) in summary
+    assert ("runner_on_ok", "a loop with items still runs its module", False, "All items completed", None, None,
+            None) in summary
+    assert ("runner_item_on_ok", "a metric (operator_sdk.util's action plugin)", True, None,
+            {"name": "things_total", "description": "Things", "gauge": {"set": 2.0}, "labels": {"kind": "1"}},
+            None, None) in summary
+    assert ("runner_on_failed", "a metric with two types", False, "only one metric can be processed at a time",
+            None, None, None) in summary
+    wrong_type = next(row for row in summary if row[1] == "a metric with an argument of the wrong type"
+                      and row[0] != "runner_on_start")
+    assert wrong_type[0] == "runner_on_failed" and "'set'" in wrong_type[3] and "to float" in wrong_type[3]
+    assert ("runner_on_ok", "operator_sdk.util.requeue_after", False, None, None, "30s", None) in summary
+    assert ("runner_on_failed", "operator_sdk.util.requeue_after", False,
+            "invalid time input 'soon': expected a duration such as 30s, 5m or 1h30m", None, None, None) in summary
 
 
 def test_a_no_log_task_in_process_leaves_no_secret(runs: dict[str, RunResult]) -> None:
     warm = runs["warm"]
     assert SECRET not in json.dumps(warm.events)
     assert SECRET not in (warm.artifact_dir / "stdout").read_text()
+
+
+@pytest.fixture
+def our_collection() -> Iterator[None]:
+    """operator_sdk.util resolvable, as a run's Ansible finds it; this process as it was afterwards."""
+    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+
+    before = set(sys.modules)
+    _AnsibleCollectionFinder(paths=[str(COLLECTIONS_DIR)])._install()
+    yield
+    _AnsibleCollectionFinder._remove()
+    for name in set(sys.modules) - before:
+        if name.startswith("ansible_collections"):
+            del sys.modules[name]
 
 
 @pytest.mark.parametrize(("task", "task_vars", "in_process"), [
@@ -107,11 +172,18 @@ def test_a_no_log_task_in_process_leaves_no_secret(runs: dict[str, RunResult]) -
     ({"command": "true", "when": "a == 1"}, {"a": 1}, False),
     ({"command": "true"}, {}, False),
     ({"debug": {"msg": "hi"}, "until": "x is defined", "retries": 3}, {}, False),  # would sleep in the strategy
-    ({"command": "true", "when": "item == 2", "loop": [1, 2]}, {}, False),  # a loop's `when` is per item
+    # a loop's items are templated in process: with none, the task is skipped there; with some, a module's task
+    # gets its worker before the first (the run's tasks below show both)
+    ({"command": "true", "loop": "{{ things }}"}, {}, True),
+    ({"command": "true", "when": "item == 2", "loop": [1, 2]}, {}, True),  # (a loop's `when` is per item)
+    ({"command": "true", "with_items": []}, {}, False),  # a lookup: left to the worker
+    ({"operator_sdk.util.osdk_metric": {"name": "x", "description": "x", "gauge": {"set": 1}}}, {}, True),
+    ({"operator_sdk.util.requeue_after": {"time": "1s"}}, {}, True),
+    ({"operator_sdk.util.k8s_status": {"kind": "X", "name": "x"}}, {}, False),  # its API calls need a worker
     ({"command": "true", "when": "undefined_thing"}, {}, False),  # the worker reports the error
     ({"kubernetes.core.k8s_info": {"kind": "Pod"}, "when": "a == 2", "delegate_to": "other"}, {"a": 1}, False),
 ])
-def test_which_tasks_run_in_process(task: dict, task_vars: dict, in_process: bool) -> None:
+def test_which_tasks_run_in_process(task: dict, task_vars: dict, in_process: bool, our_collection: None) -> None:
     from ansible.parsing.dataloader import DataLoader
     from ansible.playbook.task import Task
 
@@ -119,6 +191,27 @@ def test_which_tasks_run_in_process(task: dict, task_vars: dict, in_process: boo
 
     loader = DataLoader()
     assert warm_tasks.runs_in_process(Task.load(task, loader=loader), task_vars, loader) is in_process
+
+
+def test_only_this_runtimes_operator_sdk_util_runs_in_process(our_collection: None, tmp_path: Path) -> None:
+    from ansible.plugins.loader import action_loader
+
+    from runner.execution import warm_tasks
+
+    for name in warm_tasks.OWN_ACTIONS:
+        assert warm_tasks.is_own_plugin(action_loader.get(name, class_only=True))
+    project = tmp_path / "ansible_collections/operator_sdk/util/plugins/action/osdk_metric.py"
+    project.parent.mkdir(parents=True)
+    project.write_text("from ansible.plugins.action import ActionBase\nclass ActionModule(ActionBase):\n    pass\n")
+    spec = importlib.util.spec_from_file_location("project_osdk_metric", project)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as Ansible's plugin loader registers them
+    try:
+        spec.loader.exec_module(module)
+        assert not warm_tasks.is_own_plugin(module.ActionModule)
+    finally:
+        del sys.modules[spec.name]
 
 
 def test_pooled_kubernetes_connections_are_closed(kube) -> None:

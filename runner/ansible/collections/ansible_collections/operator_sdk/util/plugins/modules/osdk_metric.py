@@ -70,49 +70,20 @@ osdk_metric:
   returned: success
 """
 
-import re
-
 from ansible.module_utils.basic import AnsibleModule
-
-TYPES = ("counter", "gauge", "histogram", "summary")
-NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+from ansible_collections.operator_sdk.util.plugins.module_utils.requests import (
+    METRIC_ARG_SPEC,
+    InvalidRequest,
+    metric_result,
+)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "description": {"type": "str", "required": True},
-            "address": {"type": "str", "default": "http://localhost:5050/metrics"},
-            "labels": {"type": "dict"},
-            "counter": {"type": "dict", "options": {"increment": {"type": "bool"}, "add": {"type": "float"}}},
-            "gauge": {"type": "dict", "options": {
-                "set": {"type": "float"}, "increment": {"type": "bool"}, "decrement": {"type": "bool"},
-                "add": {"type": "float"}, "subtract": {"type": "float"}, "set_to_current_time": {"type": "bool"}}},
-            "histogram": {"type": "dict", "options": {"observe": {"type": "float"}}},
-            "summary": {"type": "dict", "options": {"observe": {"type": "float"}}},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    if not NAME.match(p["name"]):
-        module.fail_json(msg="%r is not a valid Prometheus metric name" % p["name"])
-    given = [t for t in TYPES if p.get(t) is not None]
-    if len(given) != 1:
-        module.fail_json(msg="a request should contain at least one metric" if not given
-                         else "only one metric can be processed at a time")
-    kind = given[0]
-    spec = {k: v for k, v in p[kind].items() if v is not None}
-    if kind == "counter" and spec.get("add") is not None and spec["add"] < 0:
-        module.fail_json(msg="counter metrics cannot decrease in value")
-    payload = {"name": p["name"], "description": p["description"], kind: spec}
-    if p["labels"]:
-        bad = [k for k in p["labels"] if not LABEL.match(str(k)) or str(k).startswith("__")]
-        if bad:
-            module.fail_json(msg="invalid label name(s) %s: letters, digits and _, not starting with a digit or __" % bad)
-        payload["labels"] = {str(k): "" if v is None else str(v) for k, v in p["labels"].items()}
-    module.exit_json(changed=True, osdk_metric=payload)
+    module = AnsibleModule(argument_spec=METRIC_ARG_SPEC, supports_check_mode=True)
+    try:
+        module.exit_json(**metric_result(module.params))
+    except InvalidRequest as exc:
+        module.fail_json(msg=str(exc))
 
 
 if __name__ == "__main__":

@@ -29,19 +29,20 @@ period:
   returned: always
 """
 
-import re
-
 from ansible.module_utils.basic import AnsibleModule
-
-DURATION = re.compile(r"^(\d+(\.\d*)?(ns|us|µs|ms|s|m|h))+$")
+from ansible_collections.operator_sdk.util.plugins.module_utils.requests import (
+    REQUEUE_ARG_SPEC,
+    InvalidRequest,
+    requeue_result,
+)
 
 
 def main():
-    module = AnsibleModule(argument_spec={"time": {"type": "str", "required": True}}, supports_check_mode=True)
-    period = module.params["time"].strip()
-    if not DURATION.match(period):
-        module.fail_json(msg="invalid time input %r: expected a duration such as 30s, 5m or 1h30m" % period)
-    module.exit_json(changed=False, period=period)
+    module = AnsibleModule(argument_spec=REQUEUE_ARG_SPEC, supports_check_mode=True)
+    try:
+        module.exit_json(**requeue_result(module.params))
+    except InvalidRequest as exc:
+        module.fail_json(msg=str(exc))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,181 @@
+"""What a SampleDB's status says, from what the other roles of the run found (roles/status/tasks/main.yml
+gathers it): the phase, the Ready, Progressing and Degraded conditions, the status fields, the Events a
+user wants to hear about, and when to look again.
+
+Phase, first that applies: Failed (the database cannot come up as asked: a failed bootstrap or restore),
+Upgrading, SwitchingOver or FailingOver (the primary is not Ready, or is being or was just replaced),
+Provisioning (not yet Ready once), BackingUp (a backup is running), Ready.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from ansible.module_utils.parsing.convert_bool import boolean
+
+CHANGING = ("Provisioning", "Upgrading", "FailingOver", "SwitchingOver")
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def _int(value: Any) -> int:
+    return int(value or 0)
+
+
+def _bool(value: Any) -> bool:
+    return boolean(value, strict=False) if value is not None else False
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _seconds_since(started: str, now: str) -> int:
+    parse = lambda t: datetime.strptime(t, TIME_FORMAT).replace(tzinfo=UTC)  # noqa: E731
+    return int((parse(now) - parse(started)).total_seconds())
+
+
+def _phase(f: dict[str, Any], failure: str, primary_ok: bool, failover: bool) -> str:
+    if failure:
+        return "Failed"
+    if f["upgrade_active"] and not f["upgrade_failure"]:
+        return "Upgrading"
+    if not f["initialized"] or (f["was"] == "Provisioning" and f["ready"] < f["desired"]):
+        return "Provisioning"
+    if failover and f["change_reason"] == "switchover":
+        return "SwitchingOver"
+    if failover or not (primary_ok or f["hold"]):
+        return "FailingOver"
+    if f["backup_in_progress"]:
+        return "BackingUp"
+    return "Ready"
+
+
+def _conditions(f: dict[str, Any], phase: str, failure: str, primary: str, primary_ok: bool) -> list[dict[str, str]]:
+    ready, desired, initialized = f["ready"], f["desired"], f["initialized"]
+    servers = f"{ready} of {desired} servers ready"
+    serving = initialized and primary_ok
+    if serving:
+        ready_reason = "Serving"
+    elif failure:
+        ready_reason = "Failed"
+    else:
+        ready_reason = "PrimaryNotReady" if initialized else "Initializing"
+    pending = "" if initialized else ", " + (f["restore_message"] or "bootstrap pending")
+    restoring = f["restore_state"] not in ("", "Succeeded")
+
+    if phase in CHANGING:
+        progress_reason = "Restoring" if restoring and phase == "Provisioning" else phase
+    else:
+        progress_reason = "RollingOut" if ready < desired else "Stable"
+    if phase == "Upgrading":
+        progress_message = f["upgrade_message"]
+    elif phase in ("FailingOver", "SwitchingOver") and f["leader_message"]:
+        progress_message = f["leader_message"]
+    elif restoring:
+        progress_message = f["restore_message"]
+    elif ready < desired:
+        progress_message = servers
+    else:
+        progress_message = f"running {f['running_version']} as specified"
+
+    upgrade_failure = f["upgrade_failure"]
+    degraded_servers = initialized and ready < desired
+    return [
+        {"type": "Ready", "status": str(serving), "reason": ready_reason,
+         "message": failure or f"{servers}; primary {primary or 'none'}{pending}"},
+        {"type": "Progressing", "status": str(phase in CHANGING or ready < desired), "reason": progress_reason,
+         "message": progress_message},
+        {"type": "Degraded", "status": str(bool(upgrade_failure) or degraded_servers),
+         "reason": "UpgradeFailed" if upgrade_failure else "ServersNotReady" if degraded_servers else "AllServersHealthy",
+         "message": upgrade_failure or servers},
+    ]
+
+
+def _events(f: dict[str, Any], failure: str) -> list[dict[str, str]]:
+    recorded_upgrade = f["status"].get("upgrade") or {}
+    conditions = f["status"].get("conditions") or []
+    degraded_by = next((c.get("reason", "") for c in conditions if c.get("type") == "Degraded"), "")
+    events = []
+    if f["upgrade_active"] and recorded_upgrade.get("to", "") != f["upgrade_to"]:
+        events.append(("UpgradeStarted", "Normal", f"upgrading from {f['upgrade_from']} to {f['upgrade_to']}, backup first"))
+    if f["upgrade_completed"]:
+        took = (f" in {_seconds_since(recorded_upgrade['startedAt'], f['now'])} s"
+                if recorded_upgrade.get("startedAt") else "")
+        events.append(("Upgraded", "Normal", f"upgraded from {f['upgrade_from']} to {f['upgrade_to']}{took}"))
+    if f["upgrade_failure"] and degraded_by != "UpgradeFailed":
+        events.append(("UpgradeFailed", "Warning", f["upgrade_failure"]))
+    if f["restore_state"] == "Succeeded":
+        events.append(("Restored", "Normal", f["restore_message"]))
+    if failure and f["was"] != "Failed":
+        events.append(("RestoreFailed" if f["restore_failure"] else "BootstrapFailed", "Warning", failure))
+    return [{"reason": reason, "type": kind, "message": message} for reason, kind, message in events]
+
+
+def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
+    """``found``: what roles/status/tasks/main.yml gathers (see there). Returns ``phase``, ``status`` (the
+    fields the status role writes), ``conditions``, ``events`` (reason, type, message) and ``requeue_after``
+    (a duration, or "" for the reconcile period)."""
+    status = found.get("status") or {}
+    plan = found.get("leader_plan") or {}
+    f = {
+        "status": status,
+        "desired": _int(found.get("desired")),
+        "ready": _int(found.get("ready")),
+        "initialized": _bool(found.get("initialized")),
+        "was": status.get("phase") or "Provisioning",
+        "hold": _bool(found.get("leader_hold")),
+        "backup_in_progress": _bool(found.get("backup_in_progress")),
+        "change_reason": _text(plan.get("reason")),
+        "leader_message": _text(plan.get("message")),
+        "running_version": _text(found.get("running_version")),
+        "now": _text(found.get("now")),
+        **{k: _bool(found.get(k)) for k in ("upgrade_active", "upgrade_completed")},
+        **{k: _text(found.get(k)) for k in ("upgrade_from", "upgrade_to", "upgrade_message", "upgrade_failure",
+                                            "restore_state", "restore_message", "restore_failure")},
+    }
+    primary = _text(plan.get("target"))
+    primary_ok = bool(primary) and primary in (found.get("leader_ready") or [])
+    fencing = _text(plan.get("fencing"))
+    failover = bool(fencing) or _bool(plan.get("changed"))
+    failure = f["restore_failure"]
+    if not failure and found.get("bootstrap_state") == "Failed" and not f["initialized"]:
+        job = f"{found['name']}-init"
+        failure = f"the bootstrap Job {job} failed; see kubectl logs job/{job}"
+    phase = _phase(f, failure, primary_ok, failover)
+
+    upgrade = None
+    if f["upgrade_active"]:
+        recorded = status.get("upgrade") or {}
+        upgrade = {"from": f["upgrade_from"], "to": f["upgrade_to"], "message": f["upgrade_message"],
+                   "startedAt": recorded["startedAt"] if recorded.get("to") == f["upgrade_to"] and
+                   recorded.get("startedAt") else f["now"]}
+    report = {
+        "phase": phase,
+        "version": f["running_version"],
+        "readyReplicas": f["ready"],
+        "readyReplicasText": f"{f['ready']}/{f['desired']}",
+        "initialized": f["initialized"],
+        "currentPrimary": primary or None,
+        "targetPrimary": _text(plan.get("promote")) or None,
+        "primaryLease": _text(found.get("lease_name")) or None,
+        "primaryUnreadySince": None if failover else _text(found.get("unready_since")) or None,
+        "upgrade": upgrade,
+    }
+
+    # sooner than the reconcile period while something is in progress or unhealthy
+    requeue = found.get("requeue") or {}
+    if fencing:
+        requeue_after = requeue.get("fence", "")
+    elif phase != "Ready" or f["ready"] < f["desired"]:
+        watching = phase in ("FailingOver", "SwitchingOver", "Ready", "BackingUp")
+        requeue_after = requeue.get("health" if watching else "progress", "")
+    else:
+        requeue_after = ""
+    return {"phase": phase, "status": report, "conditions": _conditions(f, phase, failure, primary, primary_ok),
+            "events": _events(f, failure), "requeue_after": _text(requeue_after)}
+
+
+class FilterModule:
+    def filters(self):
+        return {"sampledb_status": sampledb_status}

@@ -1,0 +1,73 @@
+# What osdk_metric and requeue_after ask of the operator, checked the same way by their modules and by their
+# action plugins (which the runtime runs without a module process): both only validate and return it.
+from __future__ import annotations
+
+import json
+import re
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.errors import UnsupportedError
+
+REQUEUE_ARG_SPEC = {"time": {"type": "str", "required": True}}
+DURATION = re.compile(r"^(\d+(\.\d*)?(ns|us|µs|ms|s|m|h))+$")
+
+METRIC_TYPES = ("counter", "gauge", "histogram", "summary")
+METRIC_ARG_SPEC = {
+    "name": {"type": "str", "required": True},
+    "description": {"type": "str", "required": True},
+    "address": {"type": "str", "default": "http://localhost:5050/metrics"},
+    "labels": {"type": "dict"},
+    "counter": {"type": "dict", "options": {"increment": {"type": "bool"}, "add": {"type": "float"}}},
+    "gauge": {"type": "dict", "options": {
+        "set": {"type": "float"}, "increment": {"type": "bool"}, "decrement": {"type": "bool"},
+        "add": {"type": "float"}, "subtract": {"type": "float"}, "set_to_current_time": {"type": "bool"}}},
+    "histogram": {"type": "dict", "options": {"observe": {"type": "float"}}},
+    "summary": {"type": "dict", "options": {"observe": {"type": "float"}}},
+}
+METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+class InvalidRequest(ValueError):
+    pass
+
+
+def validated(args, argument_spec, name):
+    """The parameters AnsibleModule would give the module: its arguments arrive as JSON, then are checked."""
+    result = ArgumentSpecValidator(argument_spec).validate(json.loads(json.dumps(args)))
+    if result.error_messages:
+        msg = result.errors.msg
+        if isinstance(result.errors[0], UnsupportedError):
+            msg = "Unsupported parameters for (%s) module: %s" % (name, msg)
+        raise InvalidRequest(msg)
+    return result.validated_parameters
+
+
+def requeue_result(params):
+    """The task's result for validated requeue_after parameters."""
+    period = params["time"].strip()
+    if not DURATION.match(period):
+        raise InvalidRequest("invalid time input %r: expected a duration such as 30s, 5m or 1h30m" % period)
+    return {"changed": False, "period": period}
+
+
+def metric_result(params):
+    """The task's result for validated osdk_metric parameters: the update the operator applies."""
+    if not METRIC_NAME.match(params["name"]):
+        raise InvalidRequest("%r is not a valid Prometheus metric name" % params["name"])
+    given = [t for t in METRIC_TYPES if params.get(t) is not None]
+    if len(given) != 1:
+        raise InvalidRequest("a request should contain at least one metric" if not given
+                             else "only one metric can be processed at a time")
+    kind = given[0]
+    spec = {k: v for k, v in params[kind].items() if v is not None}
+    if kind == "counter" and spec.get("add") is not None and spec["add"] < 0:
+        raise InvalidRequest("counter metrics cannot decrease in value")
+    payload = {"name": params["name"], "description": params["description"], kind: spec}
+    if params.get("labels"):
+        bad = [k for k in params["labels"] if not LABEL_NAME.match(str(k)) or str(k).startswith("__")]
+        if bad:
+            raise InvalidRequest("invalid label name(s) %s: letters, digits and _, not starting with a digit or __"
+                                 % bad)
+        payload["labels"] = {str(k): "" if v is None else str(v) for k, v in params["labels"].items()}
+    return {"changed": True, "osdk_metric": payload}
