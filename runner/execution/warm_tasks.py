@@ -7,8 +7,8 @@ way a worker would run them (the same ``TaskExecutor``, a copy of the task and i
 through the same queue, so callbacks, job events and registered variables are exactly a worker's):
 
 - ansible-core's own set_fact, debug, assert and fail, and include_tasks and include_role;
-- this runtime's own operator_sdk.util.osdk_metric and requeue_after, whose action plugins only check
-  their arguments and return them (a project's own collection of that name gets workers);
+- this runtime's own operator_sdk.util.osdk_metric, requeue_after and k8s_status, whose action plugins do
+  their modules' work in the controller (a project's own collection of that name gets workers);
 - a task whose ``when`` is false for its host (without a loop: a loop's ``when`` is per item), and a task
   whose loop has no items. Should ``TaskExecutor`` find one to run after all (it adds connection variables
   before evaluating ``when``), it stops before the action and the task gets its worker.
@@ -46,7 +46,7 @@ except ImportError:  # ansible-core 2.18
 # ansible-core's own plugins only: a project's action_plugins/debug.py resolves to another name
 CONTROLLER_ACTIONS = frozenset(f"ansible.builtin.{a}" for a in ("set_fact", "debug", "assert", "fail"))
 INCLUDES = frozenset(add_internal_fqcns(("include_tasks", "include_role")))  # never a plugin of a project's
-OWN_ACTIONS = frozenset(f"operator_sdk.util.{a}" for a in ("osdk_metric", "requeue_after"))
+OWN_ACTIONS = frozenset(f"operator_sdk.util.{a}" for a in ("osdk_metric", "requeue_after", "k8s_status"))
 OWN_ACTION_PLUGINS = os.path.join(os.path.realpath(COLLECTIONS_DIR), "ansible_collections", "operator_sdk", "util", "plugins", "action", "")
 KUBERNETES_CORE_CLIENT = "ansible_collections.kubernetes.core.plugins.module_utils.k8s.client"
 _EXECUTOR_TAKES_STDIN = "new_stdin" in inspect.signature(TaskExecutor.__init__).parameters

@@ -179,7 +179,8 @@ def our_collection() -> Iterator[None]:
     ({"command": "true", "with_items": []}, {}, False),  # a lookup: left to the worker
     ({"operator_sdk.util.osdk_metric": {"name": "x", "description": "x", "gauge": {"set": 1}}}, {}, True),
     ({"operator_sdk.util.requeue_after": {"time": "1s"}}, {}, True),
-    ({"operator_sdk.util.k8s_status": {"kind": "X", "name": "x"}}, {}, False),  # its API calls need a worker
+    ({"operator_sdk.util.k8s_status": {"kind": "X", "name": "x"}}, {}, True),
+    ({"operator_sdk.util.k8s_event": {"name": "x", "reason": "X", "message": "m"}}, {}, False),  # a module
     ({"command": "true", "when": "undefined_thing"}, {}, False),  # the worker reports the error
     ({"kubernetes.core.k8s_info": {"kind": "Pod"}, "when": "a == 2", "delegate_to": "other"}, {"a": 1}, False),
 ])

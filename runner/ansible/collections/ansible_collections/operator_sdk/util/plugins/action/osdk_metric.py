@@ -3,23 +3,12 @@
 # the documentation and runs wherever this action plugin is not used).
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
-from ansible_collections.operator_sdk.util.plugins.module_utils.requests import (
-    METRIC_ARG_SPEC,
-    InvalidRequest,
-    metric_result,
-    validated,
-)
+from ansible_collections.operator_sdk.util.plugins.module_utils.requests import METRIC_ARG_SPEC, metric
+from ansible_collections.operator_sdk.util.plugins.plugin_utils.controller import ControllerAction
 
 
-class ActionModule(ActionBase):
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = METRIC_ARG_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        try:
-            result.update(metric_result(validated(self._task.args, METRIC_ARG_SPEC, self._task.action)))
-        except InvalidRequest as exc:
-            result.update(failed=True, msg=str(exc))
-        return result
+    def work(self, module):
+        metric(module)

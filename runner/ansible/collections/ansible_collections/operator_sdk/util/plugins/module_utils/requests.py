@@ -2,11 +2,7 @@
 # action plugins (which the runtime runs without a module process): both only validate and return it.
 from __future__ import annotations
 
-import json
 import re
-
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.module_utils.errors import UnsupportedError
 
 REQUEUE_ARG_SPEC = {"time": {"type": "str", "required": True}}
 DURATION = re.compile(r"^(\d+(\.\d*)?(ns|us|µs|ms|s|m|h))+$")
@@ -30,17 +26,6 @@ LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 class InvalidRequest(ValueError):
     pass
-
-
-def validated(args, argument_spec, name):
-    """The parameters AnsibleModule would give the module: its arguments arrive as JSON, then are checked."""
-    result = ArgumentSpecValidator(argument_spec).validate(json.loads(json.dumps(args)))
-    if result.error_messages:
-        msg = result.errors.msg
-        if isinstance(result.errors[0], UnsupportedError):
-            msg = "Unsupported parameters for (%s) module: %s" % (name, msg)
-        raise InvalidRequest(msg)
-    return result.validated_parameters
 
 
 def requeue_result(params):
@@ -71,3 +56,19 @@ def metric_result(params):
                                  % bad)
         payload["labels"] = {str(k): "" if v is None else str(v) for k, v in params["labels"].items()}
     return {"changed": True, "osdk_metric": payload}
+
+
+def requeue(module):
+    """requeue_after's work, for AnsibleModule or the action plugin's stand-in."""
+    try:
+        module.exit_json(**requeue_result(module.params))
+    except InvalidRequest as exc:
+        module.fail_json(msg=str(exc))
+
+
+def metric(module):
+    """osdk_metric's work, for AnsibleModule or the action plugin's stand-in."""
+    try:
+        module.exit_json(**metric_result(module.params))
+    except InvalidRequest as exc:
+        module.fail_json(msg=str(exc))

@@ -71,19 +71,11 @@ osdk_metric:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.operator_sdk.util.plugins.module_utils.requests import (
-    METRIC_ARG_SPEC,
-    InvalidRequest,
-    metric_result,
-)
+from ansible_collections.operator_sdk.util.plugins.module_utils.requests import METRIC_ARG_SPEC, metric
 
 
 def main():
-    module = AnsibleModule(argument_spec=METRIC_ARG_SPEC, supports_check_mode=True)
-    try:
-        module.exit_json(**metric_result(module.params))
-    except InvalidRequest as exc:
-        module.fail_json(msg=str(exc))
+    metric(AnsibleModule(argument_spec=METRIC_ARG_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

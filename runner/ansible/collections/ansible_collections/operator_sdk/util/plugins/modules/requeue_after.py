@@ -30,19 +30,11 @@ period:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.operator_sdk.util.plugins.module_utils.requests import (
-    REQUEUE_ARG_SPEC,
-    InvalidRequest,
-    requeue_result,
-)
+from ansible_collections.operator_sdk.util.plugins.module_utils.requests import REQUEUE_ARG_SPEC, requeue
 
 
 def main():
-    module = AnsibleModule(argument_spec=REQUEUE_ARG_SPEC, supports_check_mode=True)
-    try:
-        module.exit_json(**requeue_result(module.params))
-    except InvalidRequest as exc:
-        module.fail_json(msg=str(exc))
+    requeue(AnsibleModule(argument_spec=REQUEUE_ARG_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":
