@@ -98,11 +98,15 @@ def _loops(task: Any) -> bool:
     return task.loop is not None and not task.loop_with and not task.delegate_to
 
 
+def _acts_here(task: Any) -> bool:
+    """Its action runs in the controller: an include, ansible-core's controller actions, our action plugins."""
+    return task.action in INCLUDES or _resolved_action(task) in CONTROLLER_ACTIONS | OWN_ACTIONS
+
+
 def runs_in_process(task: Any, task_vars: dict[str, Any], loader: Any) -> bool:
     if _waits(task):
         return False
-    return (task.action in INCLUDES or _resolved_action(task) in CONTROLLER_ACTIONS | OWN_ACTIONS
-            or _is_skipped(task, task_vars, loader) or _loops(task))
+    return _acts_here(task) or _is_skipped(task, task_vars, loader) or _loops(task)
 
 
 class _NeedsWorker(BaseException):
@@ -113,7 +117,7 @@ class _NeedsWorker(BaseException):
 
 class _ControllerTaskExecutor(TaskExecutor):
     def _run_loop(self, items: list[Any]) -> Any:
-        if _resolved_action(self._task) not in CONTROLLER_ACTIONS | OWN_ACTIONS:
+        if not _acts_here(self._task):
             raise _NeedsWorker
         return super()._run_loop(items)
 

@@ -53,6 +53,9 @@ PLAYBOOK = f"""
     - name: a loop with no items
       command: "false"
       loop: "{{{{ [1, 2] | select('gt', 5) | list }}}}"
+    - name: an included file for each item
+      include_tasks: included.yml
+      loop: [1, 2]
     - name: a loop with items still runs its module
       command: "echo {{{{ item }}}}"
       changed_when: false
@@ -124,7 +127,7 @@ def test_in_process_tasks_give_a_workers_results(runs: dict[str, RunResult]) -> 
     assert warm.outcome.result and cold.outcome.result
     assert {k: v for k, v in warm.outcome.result.items() if k != "completion"} == \
         {k: v for k, v in cold.outcome.result.items() if k != "completion"} == \
-        {"ok": 17, "changed": 1, "skipped": 2, "failures": 0}
+        {"ok": 21, "changed": 1, "skipped": 2, "failures": 0}
     assert _summary(warm) == _summary(cold)
     summary = _summary(warm)
     assert ("runner_on_skipped", "skipped by its condition", None, None, None, None, None) in summary
