@@ -24,51 +24,32 @@ METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
-class InvalidRequest(ValueError):
-    pass
-
-
-def requeue_result(params):
-    """The task's result for validated requeue_after parameters."""
-    period = params["time"].strip()
+def requeue(module):
+    """requeue_after's work, for AnsibleModule or the action plugin's stand-in (neither call returns)."""
+    period = module.params["time"].strip()
     if not DURATION.match(period):
-        raise InvalidRequest("invalid time input %r: expected a duration such as 30s, 5m or 1h30m" % period)
-    return {"changed": False, "period": period}
+        module.fail_json(msg="invalid time input %r: expected a duration such as 30s, 5m or 1h30m" % period)
+    module.exit_json(changed=False, period=period)
 
 
-def metric_result(params):
-    """The task's result for validated osdk_metric parameters: the update the operator applies."""
+def metric(module):
+    """osdk_metric's work, for AnsibleModule or the action plugin's stand-in: the update the operator applies."""
+    params = module.params
     if not METRIC_NAME.match(params["name"]):
-        raise InvalidRequest("%r is not a valid Prometheus metric name" % params["name"])
+        module.fail_json(msg="%r is not a valid Prometheus metric name" % params["name"])
     given = [t for t in METRIC_TYPES if params.get(t) is not None]
     if len(given) != 1:
-        raise InvalidRequest("a request should contain at least one metric" if not given
-                             else "only one metric can be processed at a time")
+        module.fail_json(msg="a request should contain at least one metric" if not given
+                         else "only one metric can be processed at a time")
     kind = given[0]
     spec = {k: v for k, v in params[kind].items() if v is not None}
     if kind == "counter" and spec.get("add") is not None and spec["add"] < 0:
-        raise InvalidRequest("counter metrics cannot decrease in value")
+        module.fail_json(msg="counter metrics cannot decrease in value")
     payload = {"name": params["name"], "description": params["description"], kind: spec}
     if params.get("labels"):
         bad = [k for k in params["labels"] if not LABEL_NAME.match(str(k)) or str(k).startswith("__")]
         if bad:
-            raise InvalidRequest("invalid label name(s) %s: letters, digits and _, not starting with a digit or __"
-                                 % bad)
+            module.fail_json(msg="invalid label name(s) %s: letters, digits and _, not starting with a digit or __"
+                             % bad)
         payload["labels"] = {str(k): "" if v is None else str(v) for k, v in params["labels"].items()}
-    return {"changed": True, "osdk_metric": payload}
-
-
-def requeue(module):
-    """requeue_after's work, for AnsibleModule or the action plugin's stand-in."""
-    try:
-        module.exit_json(**requeue_result(module.params))
-    except InvalidRequest as exc:
-        module.fail_json(msg=str(exc))
-
-
-def metric(module):
-    """osdk_metric's work, for AnsibleModule or the action plugin's stand-in."""
-    try:
-        module.exit_json(**metric_result(module.params))
-    except InvalidRequest as exc:
-        module.fail_json(msg=str(exc))
+    module.exit_json(changed=True, osdk_metric=payload)
