@@ -1,49 +1,130 @@
-"""An aiohttp session to the API server with the operator's own credentials, for the owner-reference
-proxy and the dependent watches (both stream, and both live on the event loop)."""
+"""The operator's one way to the API server: kopf's credentials and one aiohttp session.
+
+kopf logs in with what ``load_connection`` finds, and the runtime's own requests (``kube.Kube``), the
+owner-reference proxy and the dependent watches go through an ``ApiSession`` made from the same
+credentials. Both live on the event loop.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+import os
 import ssl
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
-from kubernetes import client
+import yaml
+
+from .kopf_without_client import kopf
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+# As client-go re-reads a projected service-account token (kubelet rotates it long before it expires).
+REFRESH_SECONDS = 60.0
+
+
+def _has_credentials(info: kopf.ConnectionInfo) -> bool:
+    return bool(info.token or info.scheme or (info.username and info.password)
+                or info.certificate_path or info.certificate_data)
+
+
+def _kubeconfig_dir() -> Path | None:
+    for path in (os.environ.get("KUBECONFIG") or "~/.kube/config").split(os.pathsep):
+        if path.strip() and (p := Path(path.strip()).expanduser()).exists():
+            return p.resolve().parent
+    return None
+
+
+def _resolve_paths(info: kopf.ConnectionInfo) -> kopf.ConnectionInfo:
+    """kubectl reads a kubeconfig's relative file names relative to the kubeconfig; kopf's reader relative to
+    the working directory. Taken relative to the (first) kubeconfig's directory, as kubectl would."""
+    base = _kubeconfig_dir()
+    changes = {field: str(base / value) for field in ("ca_path", "certificate_path", "private_key_path")
+               if base and isinstance(value := getattr(info, field), str) and not os.path.isabs(value)}
+    return dataclasses.replace(info, **changes) if changes else info
+
+
+def load_connection(settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo:
+    """The service account's credentials in a pod, else the kubeconfig's (KUBECONFIG or ~/.kube/config).
+
+    kopf's own readers cover tokens, basic auth and client certificates. A kubeconfig whose user has none
+    of them (an ``exec`` or auth-provider plugin, as cloud clusters use) is read by the kubernetes client.
+    """
+    settings = settings or kopf.OperatorSettings()
+    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+    if host and port and os.path.exists(SERVICE_ACCOUNT_TOKEN):  # in a pod, as client-go decides it
+        info = kopf.login_with_service_account(settings=settings)
+        if info is not None:  # the service's address, as client-go's in-cluster config: no DNS needed
+            info = dataclasses.replace(info, server=f"https://{f'[{host}]' if ':' in host else host}:{port}")
+    else:
+        try:
+            info = kopf.login_with_kubeconfig(settings=settings)
+        except (OSError, KeyError, ValueError, yaml.YAMLError) as exc:  # no file; no such context, cluster, user; not YAML
+            where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+            raise kopf.LoginError(f"could not read the kubeconfig {where}: {type(exc).__name__}: {exc}") from exc
+        if info is not None:
+            info = _resolve_paths(info)
+            if not _has_credentials(info):
+                info = kopf.login_via_client(logger=log, settings=settings) or info
+    if info is None:
+        raise kopf.LoginError("no credentials for the API server: not in a pod with a service account, and "
+                              "no kubeconfig (set KUBECONFIG, or write ~/.kube/config)")
+    return info
 
 
 class ApiSession:
-    def __init__(self, configuration: client.Configuration) -> None:
-        self.cfg = configuration
-        self.base = configuration.host.rstrip("/")
+    def __init__(self, connection: kopf.ConnectionInfo,
+                 reload: Callable[[], kopf.ConnectionInfo] | None = None) -> None:
+        self.connection = connection
+        self.base = connection.server.rstrip("/")
+        self._reload = reload
         self._session: aiohttp.ClientSession | None = None
+        self._refresher: asyncio.Task[None] | None = None
 
-    def _ssl(self) -> ssl.SSLContext | bool:
-        if not self.base.startswith("https"):
-            return False
-        ctx = ssl.create_default_context(cafile=self.cfg.ssl_ca_cert) if self.cfg.ssl_ca_cert \
-            else ssl.create_default_context()
-        if not self.cfg.verify_ssl:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        if self.cfg.cert_file:
-            ctx.load_cert_chain(self.cfg.cert_file, self.cfg.key_file)
-        return ctx
+    @classmethod
+    def from_environment(cls, settings: kopf.OperatorSettings | None = None) -> ApiSession:
+        def reload() -> kopf.ConnectionInfo:
+            return load_connection(settings)
+
+        return cls(reload(), reload)
 
     def auth_headers(self) -> dict[str, str]:
-        # In-cluster tokens rotate; the client's refresh hook re-reads the mounted token when due.
-        if getattr(self.cfg, "refresh_api_key_hook", None):
-            self.cfg.refresh_api_key_hook(self.cfg)
-        # The client's own view of its credentials (a bearer token under "BearerToken" in current clients,
-        # "authorization" in older ones; basic auth), so that a token kubeconfig or the in-cluster
-        # ServiceAccount is never sent anonymously.
-        return {s["key"]: s["value"] for s in self.cfg.auth_settings().values()
-                if s.get("in") == "header" and s.get("value")}
+        return self.connection.as_http_headers()
+
+    def start(self) -> None:
+        """Keeps rotating credentials fresh: a service account's token file, or a plugin's token before it
+        expires."""
+        in_pod = self.connection.token is not None and os.path.exists(SERVICE_ACCOUNT_TOKEN)
+        if self._reload is not None and self._refresher is None and (self.connection.expiration is not None or in_pod):
+            self._refresher = asyncio.create_task(self._refresh(), name="credentials-refresh")
+
+    async def _refresh(self) -> None:
+        assert self._reload is not None
+        while True:
+            delay = REFRESH_SECONDS
+            if (expires := self.connection.expiration) is not None:
+                aware = expires if expires.tzinfo else expires.replace(tzinfo=dt.UTC)  # kopf: naive means UTC
+                delay = max(1.0, min(delay, (aware - dt.datetime.now(dt.UTC)).total_seconds() - 60))
+            await asyncio.sleep(delay)
+            try:
+                self.connection = await asyncio.to_thread(self._reload)
+            except Exception as exc:  # the old credentials may still do; the next attempt comes soon
+                log.warning("could not refresh the API server credentials: %s", exc)
 
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl(), limit=100)
+            tls: ssl.SSLContext | bool = self.connection.as_ssl_context() if self.base.startswith("https") else False
+            # No connection limit: the proxy's streams (watches, exec) must never hold up a status write.
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+                connector=aiohttp.TCPConnector(ssl=tls, limit=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
         return self._session
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -51,5 +132,8 @@ class ApiSession:
         return self.session.request(method, self.base + path, headers=headers, **kwargs)
 
     async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            await asyncio.gather(self._refresher, return_exceptions=True)
         if self._session is not None:
             await self._session.close()

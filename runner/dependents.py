@@ -89,6 +89,14 @@ class DependentWatcher:
             kind.tasks.append(asyncio.create_task(self._run(kind, ns), name=f"dependents-{gvk.kind}-{ns or 'all'}"))
         log.info("watching %s as a dependent kind", gvk)
 
+    def written(self, gvk: GVK, meta: dict[str, Any]) -> None:
+        """A run wrote this dependent (through the proxy). Remembered as if watched, so that a relist after a
+        watch outage notices it gone even if it was created and deleted while the watch was down."""
+        kind = self.kinds.get(gvk)
+        uid = meta.get("uid")
+        if kind is not None and uid and uid not in kind.owned and (owners := self.owners_of(meta)):
+            kind.owned[uid] = _Seen(meta.get("generation"), meta.get("resourceVersion", ""), owners)
+
     async def stop(self) -> None:
         self._stopping = True
         tasks = [t for k in self.kinds.values() for t in k.tasks]
@@ -280,13 +288,13 @@ class AnnotatedCleanup:
         self.kube = kube
         self._recorded: set[tuple[str, str]] = set()
 
-    def record(self, owner_res: Any, namespace: str, name: str, uid: str, gvk: GVK, plural: str) -> None:
-        """Sync (call through Kube.call): adds the kind to the owner's list and our finalizer to the owner."""
+    async def record(self, owner_res: Any, namespace: str, name: str, uid: str, gvk: GVK, plural: str) -> None:
+        """Adds the kind to the owner's list and our finalizer to the owner."""
         entry = f"{gvk.group}/{gvk.version}/{plural}"
         if (uid, entry) in self._recorded:
             return
         for _ in range(8):
-            obj = self.kube.get_or_none(owner_res, namespace, name)
+            obj = await self.kube.get_or_none(owner_res, namespace, name)
             if obj is None or obj["metadata"].get("uid") != uid or obj["metadata"].get("deletionTimestamp"):
                 return
             meta = obj["metadata"]
@@ -298,15 +306,15 @@ class AnnotatedCleanup:
                                   "annotations": {ANNOTATED_KINDS: ",".join(sorted({*kinds, entry}))},
                                   "finalizers": finalizers + ([CLEANUP_FINALIZER] if CLEANUP_FINALIZER not in finalizers else [])}}
             try:
-                self.kube.patch(owner_res, namespace, name, patch)
+                await self.kube.patch(owner_res, namespace, name, patch)
                 break
             except Exception as exc:
                 if getattr(exc, "status", None) != 409:
                     raise
         self._recorded.add((uid, entry))
 
-    def cleanup(self, owner: dict[str, Any], owner_gvk: GVK) -> int:
-        """Sync: deletes every recorded-kind object annotated as this owner's; returns how many."""
+    async def cleanup(self, owner: dict[str, Any], owner_gvk: GVK) -> int:
+        """Deletes every recorded-kind object annotated as this owner's; returns how many."""
         meta = owner["metadata"]
         want = f"{meta.get('namespace') or ''}/{meta['name']}"
         want_type = f"{owner_gvk.kind}.{owner_gvk.group}" if owner_gvk.group else owner_gvk.kind
@@ -314,7 +322,7 @@ class AnnotatedCleanup:
         for entry in filter(None, (meta.get("annotations") or {}).get(ANNOTATED_KINDS, "").split(",")):
             group, version, plural = entry.split("/")
             base = f"/apis/{group}/{version}" if group else f"/api/{version}"
-            items = self.kube.request("GET", f"{base}/{plural}").get("items", [])
+            items = (await self.kube.request("GET", f"{base}/{plural}")).get("items", [])
             for item in items:
                 m = item["metadata"]
                 if m.get("ownerReferences"):
@@ -324,7 +332,7 @@ class AnnotatedCleanup:
                     path = f"{base}/namespaces/{m['namespace']}/{plural}/{m['name']}" if m.get("namespace") \
                         else f"{base}/{plural}/{m['name']}"
                     try:
-                        self.kube.request("DELETE", path)
+                        await self.kube.request("DELETE", path)
                         deleted += 1
                     except Exception as exc:
                         if getattr(exc, "status", None) != 404 and type(exc).__name__ != "NotFound":

@@ -30,24 +30,24 @@ class Recorder:
         self.kube = kube
         self.host = os.environ.get("POD_NAME") or socket.gethostname()
 
-    def record(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        """Sync; call through ``Kube.call``. Never raises: an Event is not worth failing a reconcile."""
+    async def record(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
+        """Never raises: an Event is not worth failing a reconcile."""
         meta = obj.get("metadata", {})
         namespace = meta.get("namespace") or "default"
         message = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
         digest = hashlib.sha256(f"{meta.get('uid')}|{etype}|{reason}|{message}".encode()).hexdigest()[:12]
         name = f"{meta.get('name')}.{digest}"
         try:
-            res = self.kube.discover(EVENTS)
+            res = await self.kube.discover(EVENTS)
             try:
-                existing = self.kube.get(res, namespace, name)
-                self.kube.patch(res, namespace, name, {
+                existing = await self.kube.get(res, namespace, name)
+                await self.kube.patch(res, namespace, name, {
                     "count": int(existing.get("count") or 1) + 1, "lastTimestamp": _now()}, MERGE_PATCH)
                 return
             except NotFound:
                 pass
             now = _now()
-            self.kube.create(res, namespace, {
+            await self.kube.create(res, namespace, {
                 "apiVersion": "v1", "kind": "Event",
                 "metadata": {"name": name, "namespace": namespace},
                 "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),

@@ -59,25 +59,25 @@ class LeaderElector:
         self._renewer: asyncio.Task[None] | None = None
         self._res: Resource | None = None
 
-    def _resource(self) -> Resource:
+    async def _resource(self) -> Resource:
         if self._res is None:
-            self._res = self.kube.discover(LEASES)
+            self._res = await self.kube.discover(LEASES)
         return self._res
 
-    def _try(self) -> bool:
-        """One attempt to acquire or renew (sync, in a thread). True when we hold the Lease afterwards."""
-        res = self._resource()
+    async def _try(self) -> bool:
+        """One attempt to acquire or renew. True when we hold the Lease afterwards."""
+        res = await self._resource()
         now = _micro_now()
         spec_mine = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_duration),
                      "renewTime": now}
         try:
-            lease = self.kube.get(res, self.namespace, self.name)
+            lease = await self.kube.get(res, self.namespace, self.name)
         except NotFound:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": {**spec_mine, "acquireTime": now, "leaseTransitions": 0}}
             try:
-                created = self.kube.create(res, self.namespace, body)
+                created = await self.kube.create(res, self.namespace, body)
             except Exception:
                 return False
             self._observed = (created["metadata"]["resourceVersion"], time.monotonic())
@@ -99,7 +99,7 @@ class LeaderElector:
                 "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": rv},
                 "spec": new_spec}
         try:
-            updated = self.kube.request("PUT", res.path(self.namespace, self.name), body)
+            updated = await self.kube.request("PUT", res.path(self.namespace, self.name), body)
         except Exception:
             return False
         self._observed = (updated["metadata"]["resourceVersion"], time.monotonic())
@@ -107,7 +107,7 @@ class LeaderElector:
 
     async def _attempt(self) -> bool:
         try:
-            return await asyncio.wait_for(self.kube.call(self._try), self.retry_period * 2)
+            return await asyncio.wait_for(self._try(), self.retry_period * 2)
         except Exception as exc:
             log.debug("lease attempt failed: %s", exc)
             return False
@@ -152,16 +152,16 @@ class LeaderElector:
             return
         self.is_leader = False
 
-        def _release() -> None:
-            res = self._resource()
-            lease: dict[str, Any] = self.kube.get(res, self.namespace, self.name)
+        async def _release() -> None:
+            res = await self._resource()
+            lease: dict[str, Any] = await self.kube.get(res, self.namespace, self.name)
             if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return
             lease["spec"].update({"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": _micro_now()})
-            self.kube.request("PUT", res.path(self.namespace, self.name), lease)
+            await self.kube.request("PUT", res.path(self.namespace, self.name), lease)
 
         try:
-            await asyncio.wait_for(self.kube.call(_release), 5)
+            await asyncio.wait_for(_release(), 5)
             log.info("released lease %s/%s", self.namespace, self.name)
         except Exception as exc:
             log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)

@@ -17,16 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import kopf
-from kubernetes.client.exceptions import ApiException
-
 from . import leader as leader_mod
 from .ansible import CALLBACK_DIR, COLLECTIONS_DIR
 from .apisession import ApiSession
 from .config import GVK, RunConfig, Watch
 from .dependents import AnnotatedCleanup, DependentWatcher
 from .execution import Executor
-from .kube import Kube, Resource
+from .kopf_without_client import kopf
+from .kube import ApiError, Kube, Resource
 from .proxy import Owner, OwnerProxy, OwnWrites
 from .queue import CHANGE, Backoff, WorkQueue
 from .reconcile import Reconciler, Settings
@@ -129,9 +127,9 @@ class LazyResource:
         self.kube, self.watch = kube, watch
         self._res: Resource | None = None
 
-    def get(self) -> Resource:
+    async def get(self) -> Resource:
         if self._res is None:
-            self._res = self.kube.discover(self.watch.gvk)
+            self._res = await self.kube.discover(self.watch.gvk)
         return self._res
 
 
@@ -165,7 +163,13 @@ class Operator:
     async def run(self) -> int:
         cfg = self.cfg
         self._install_signals()
-        kube = Kube()
+        try:
+            api = await asyncio.to_thread(ApiSession.from_environment)
+        except kopf.LoginError as exc:
+            log.error("%s", exc)
+            return 1
+        api.start()
+        kube = Kube(api)
         endpoints = Endpoints(cfg.health_probe_bind_address, cfg.metrics_bind_address, self.ready,
                               MetricsSecurity(cfg.metrics_secure, kube if cfg.metrics_require_rbac else None))
         await endpoints.start()
@@ -180,7 +184,7 @@ class Operator:
             if self.leader is not None:
                 await self.leader.release()
             await endpoints.stop()
-            kube.close()
+            await api.close()
         return self.exit_code
 
     async def _lead(self, kube: Kube) -> None:
@@ -200,8 +204,8 @@ class Operator:
         # kopf notices CRDs installed after start by watching CRDs. The Go ansible-operator's scaffolded RBAC
         # grants no access to them (it needs none): then kopf would log errors for 20 s before giving up.
         try:
-            may_watch_crds = await kube.call(kube.allowed, "watch", "apiextensions.k8s.io", "customresourcedefinitions")
-        except ApiException as exc:  # the question unanswered: kopf finds out by itself, as before
+            may_watch_crds = await kube.allowed("watch", "apiextensions.k8s.io", "customresourcedefinitions")
+        except ApiError as exc:  # the question unanswered: kopf finds out by itself, as before
             log.warning("could not ask whether CRDs may be watched: %s", exc.reason)
             may_watch_crds = True
         if not may_watch_crds:
@@ -209,7 +213,7 @@ class Operator:
             log.info("not allowed to watch CRDs: serving the kinds of watches.yaml as found at start-up")
         reconcile_settings = Settings(cfg.reconcile_period, cfg.artifacts_dir, cfg.ansible_args, cfg.ansible_log_events)
         playbook_root = cfg.artifacts_dir / "_playbooks"
-        api = ApiSession(kube.configuration)
+        api = kube.api
         by_gvk: dict[GVK, tuple[Watch, WorkQueue]] = {}
 
         def enqueue_owner(gvk: GVK, key: tuple[str, str]) -> None:
@@ -221,15 +225,19 @@ class Operator:
         cleanup = AnnotatedCleanup(kube)
         background: set[asyncio.Task[None]] = set()
 
-        def on_dependent(owner: Owner, gvk: GVK, plural: str, namespaced: bool, annotated: bool) -> None:
+        async def record_annotated(owner_gvk: GVK, owner: Owner, gvk: GVK, plural: str) -> None:
+            res = await kube.discover(owner_gvk)  # cached: the reconciler resolved it before the run
+            await cleanup.record(res, owner.namespace, owner.name, owner.uid, gvk, plural)
+
+        def on_dependent(owner: Owner, gvk: GVK, plural: str, namespaced: bool, annotated: bool,
+                         meta: dict[str, Any]) -> None:
             if owner.gvk not in by_gvk:
                 return
             watch = by_gvk[owner.gvk][0]
             watcher.ensure(watch, gvk, plural, namespaced)
+            watcher.written(gvk, meta)
             if annotated:
-                res = kube.discover(watch.gvk)  # cached: the reconciler resolved it before the run
-                task = asyncio.create_task(kube.call(cleanup.record, res, owner.namespace, owner.name, owner.uid,
-                                                     gvk, plural))
+                task = asyncio.create_task(record_annotated(watch.gvk, owner, gvk, plural))
                 background.add(task)
                 task.add_done_callback(background.discard)
 
@@ -254,8 +262,8 @@ class Operator:
             log.info("watching %s with %s (%d workers)", watch.gvk, watch.target, watch.max_concurrent_reconciles)
 
         @kopf.on.login(registry=registry)
-        def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-            return kopf.login_via_client(**kwargs)
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            return api.connection  # kopf's watches and our requests use the same (refreshed) credentials
 
         kopf_stop = asyncio.Event()
         kopf_ready = asyncio.Event()
@@ -295,7 +303,6 @@ class Operator:
         await executor.stop()
         await watcher.stop()
         await proxy.stop()
-        await api.close()
         for t in (ready_task, stop_wait, lost):
             if t is not None and not t.done():
                 t.cancel()

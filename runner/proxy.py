@@ -186,7 +186,7 @@ class OwnWrites:
 
 class OwnerProxy:
     def __init__(self, api: ApiSession, inject_owner_ref: bool,
-                 on_dependent: Callable[[Owner, GVK, str, bool, bool], None],
+                 on_dependent: Callable[[Owner, GVK, str, bool, bool, dict[str, Any]], None],
                  kubeconfig_dir: Path | None = None, port: int = 0) -> None:
         self.api = api
         self.inject = inject_owner_ref
@@ -436,7 +436,8 @@ class OwnerProxy:
             # Only an object nobody owns needs the runtime to delete it with its owner: one with an owner of
             # its own (a pod of a StatefulSet, annotated for its events) goes with that owner.
             unowned = not meta.get("ownerReferences")
-            self.on_dependent(owner, GVK(info.group, info.version, kind), info.resource, namespaced, unowned)
+            self.on_dependent(owner, GVK(info.group, info.version, kind), info.resource, namespaced, unowned,
+                              meta if method in ("POST", "PUT", "PATCH") else {})
 
 
 async def _pump(src: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from kubernetes.client.rest import ApiException
-
 from . import metrics, status
 from .config import (
     MAX_RUNNER_ARTIFACTS_ANNOTATION,
@@ -30,7 +28,7 @@ from .config import (
 from .dependents import CLEANUP_FINALIZER, AnnotatedCleanup
 from .events import Recorder
 from .execution import Executor, RunRequest, RunResult
-from .kube import JSON_PATCH, Kube, NotFound, Resource
+from .kube import JSON_PATCH, ApiError, Kube, NotFound, Resource
 from .params import build_extravars
 from .queue import REQUEUE, RESYNC, Key, Outcome
 
@@ -116,7 +114,7 @@ class Reconciler:
         return self.settings.default_reconcile_period
 
     async def _event(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        await self.kube.call(self.recorder.record, obj, etype, reason, message)
+        await self.recorder.record(obj, etype, reason, message)
 
     async def _update_finalizers(self, key: Key, obj: dict[str, Any], change) -> dict[str, Any] | None:
         """Applies ``change(finalizers) -> finalizers`` with a test on resourceVersion, re-reading on a race,
@@ -126,10 +124,10 @@ class Reconciler:
             body = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
                     {"op": "add", "path": "/metadata/finalizers", "value": change(list(meta.get("finalizers") or []))}]
             try:
-                return await self.kube.call(self.kube.patch, self.res, key[0], key[1], body, JSON_PATCH)
+                return await self.kube.patch(self.res, key[0], key[1], body, JSON_PATCH)
             except NotFound:
                 return None
-            except ApiException as exc:
+            except ApiError as exc:
                 if exc.status not in (409, 422):
                     raise
             fresh = await self._fresh(key)
@@ -140,7 +138,7 @@ class Reconciler:
 
     async def _fresh(self, key: Key) -> dict[str, Any] | None:
         try:
-            return await self.kube.call(self.kube.get, self.res, key[0], key[1])
+            return await self.kube.get(self.res, key[0], key[1])
         except NotFound:
             return None
 
@@ -157,7 +155,7 @@ class Reconciler:
         if obj is None:
             return await self._gone(key)
         if not hasattr(self, "res"):
-            self.res = await self.kube.call(self._resource.get)
+            self.res = await self._resource.get()
         started = time.monotonic()
         try:
             return await self._reconcile(key, obj, reasons)
@@ -193,7 +191,7 @@ class Reconciler:
         # only if its result differs from what status already says.
         idle = reasons <= {RESYNC, REQUEUE}
         if watch.manage_status and not idle:
-            written = await self.kube.call(self.status.update, self.res, ns, name, status.running)
+            written = await self.status.update(self.res, ns, name, status.running)
             if written:
                 obj = written
                 self.source.observed(key, obj)
@@ -248,8 +246,8 @@ class Reconciler:
         was_failed = status.is_failed(latest)
         if watch.manage_status:
             if outcome.ok:
-                await self.kube.call(
-                    self.status.update, self.res, ns, name,
+                await self.status.update(
+                    self.res, ns, name,
                     lambda c: status.done(c, True, outcome.result, []),
                     observed_generation=ran_generation, skip_if_equivalent=idle, current=latest)
             else:
@@ -267,7 +265,7 @@ class Reconciler:
         """The role's finalizer (if any) is done: the annotation-linked dependents go now, in this same
         reconcile (no further event may come to trigger it), then Kubernetes removes the object."""
         if CLEANUP_FINALIZER in (obj["metadata"].get("finalizers") or []):
-            count = await self.kube.call(self.cleanup.cleanup, obj, self.watch.gvk)
+            count = await self.cleanup.cleanup(obj, self.watch.gvk)
             log.info("deleted %d annotation-linked dependent(s) of %s %s/%s", count, self.kind, *key)
             await self._update_finalizers(key, obj, lambda f: [x for x in f if x != CLEANUP_FINALIZER])
         return await self._gone(key)
@@ -276,10 +274,10 @@ class Reconciler:
                              generation: int | None = None) -> None:
         meta = obj["metadata"]
         if self.watch.manage_status:
-            await self.kube.call(self.status.update, self.res, meta.get("namespace") or "", meta["name"],
-                                 lambda c: status.done(c, False, result, failures),
-                                 observed_generation=generation if generation is not None else meta.get("generation"),
-                                 current=obj)
+            await self.status.update(self.res, meta.get("namespace") or "", meta["name"],
+                                     lambda c: status.done(c, False, result, failures),
+                                     observed_generation=generation if generation is not None else meta.get("generation"),
+                                     current=obj)
         await self._event(obj, "Warning", "ReconcileFailed", "\n".join(failures))
 
     def _log_result(self, request: RunRequest, result: RunResult, seconds: float, what: str) -> None:

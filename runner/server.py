@@ -89,13 +89,13 @@ class MetricsSecurity:
 
     @staticmethod
     async def _review(kube: Kube, token: str) -> tuple[int, str]:
-        review = await kube.call(kube.request, "POST", "/apis/authentication.k8s.io/v1/tokenreviews",
+        review = await kube.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews",
                                  {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                                   "spec": {"token": token}})
         user = (review.get("status") or {}).get("user") or {}
         if not (review.get("status") or {}).get("authenticated"):
             return 401, "Unauthorized"
-        access = await kube.call(kube.request, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        access = await kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews",
                                  {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                                   "spec": {"user": user.get("username", ""), "uid": user.get("uid", ""),
                                            "groups": user.get("groups", []), "extra": user.get("extra", {}),

@@ -108,10 +108,10 @@ class StatusWriter:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
 
-    def update(self, res: Resource, namespace: str, name: str, change, *,
+    async def update(self, res: Resource, namespace: str, name: str, change, *,
                observed_generation: int | None = None, skip_if_equivalent: bool = False,
                current: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """Applies ``change(conditions) -> conditions`` to the newest object (sync; run in a thread).
+        """Applies ``change(conditions) -> conditions`` to the newest object.
         ``current``, a copy the caller has just read, saves the first read; a conflict means a newer one.
         Returns the written object, or None when nothing was written (unchanged, or the object is gone)."""
         for _ in range(CONFLICT_RETRIES):
@@ -119,7 +119,7 @@ class StatusWriter:
                 obj, current = current, None
             else:
                 try:
-                    obj = self.kube.get(res, namespace, name)
+                    obj = await self.kube.get(res, namespace, name)
                 except NotFound:
                     return None
             status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
@@ -135,7 +135,7 @@ class StatusWriter:
             if observed_generation is not None:
                 patch["status"]["observedGeneration"] = observed_generation
             try:
-                return self.kube.patch(res, namespace, name, patch, MERGE_PATCH,
+                return await self.kube.patch(res, namespace, name, patch, MERGE_PATCH,
                                        subresource="status" if res.has_status else None)
             except NotFound:
                 return None

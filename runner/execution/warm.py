@@ -36,6 +36,7 @@ from .base import RunRequest, RunResult, prune_artifacts, read_events
 log = logging.getLogger(__name__)
 
 PRELOAD = [
+    "runner.execution.lazy_client",  # first: before anything imports the kubernetes client
     "runner.execution.warm_child",
 ]
 

@@ -1,35 +1,77 @@
-"""The aiohttp session (the proxy's and the dependent watches' upstream) sends the operator's credentials."""
+"""The operator's credentials, read as kubectl reads them, are what its own requests send."""
 
 from __future__ import annotations
 
+import base64
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
-from kubernetes import client, config
 
-from runner.apisession import ApiSession
+from runner.apisession import ApiSession, load_connection
 
 
-def configuration(tmp_path: Path, user: dict) -> client.Configuration:
+def kubeconfig(tmp_path: Path, user: dict, cluster: dict | None = None) -> Path:
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443", "insecure-skip-tls-verify": True}}],
+        "clusters": [{"name": "k", "cluster": cluster or {"server": "https://127.0.0.1:6443",
+                                                          "insecure-skip-tls-verify": True}}],
         "users": [{"name": "u", "user": user}], "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(path), client_configuration=cfg)
-    return cfg
+    return path
 
 
-def test_a_service_account_token_is_sent(tmp_path: Path) -> None:
-    headers = ApiSession(configuration(tmp_path, {"token": "sa-token"})).auth_headers()
-    assert headers == {"authorization": "Bearer sa-token"}
+@pytest.fixture
+def session_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    def make(user: dict, cluster: dict | None = None) -> ApiSession:
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path, user, cluster)))
+        return ApiSession(load_connection())
+    return make
 
 
-def test_basic_auth_is_sent(tmp_path: Path) -> None:
-    headers = ApiSession(configuration(tmp_path, {"username": "admin", "password": "pw"})).auth_headers()
-    assert headers == {"authorization": "Basic YWRtaW46cHc="}
+def test_a_token_is_sent(session_for) -> None:
+    assert session_for({"token": "sa-token"}).auth_headers() == {"Authorization": "Bearer sa-token"}
 
 
-def test_client_certificates_need_no_header(tmp_path: Path) -> None:
-    assert ApiSession(client.Configuration()).auth_headers() == {}
+def test_basic_auth_is_sent(session_for) -> None:
+    headers = session_for({"username": "admin", "password": "pw"}).auth_headers()
+    assert headers == {"Authorization": "Basic YWRtaW46cHc="}
+
+
+def test_client_certificates_need_no_header(session_for) -> None:
+    session = session_for({"client-certificate-data": base64.b64encode(b"cert").decode(),
+                           "client-key-data": base64.b64encode(b"key").decode()})
+    assert session.auth_headers() == {}
+    assert session.base == "https://127.0.0.1:6443"
+
+
+def test_relative_file_names_are_read_beside_the_kubeconfig(session_for, tmp_path: Path) -> None:
+    info = session_for({"client-certificate": "pki/admin.crt", "client-key": "pki/admin.key"},
+                       {"server": "https://127.0.0.1:6443/", "certificate-authority": "pki/ca.crt"}).connection
+    assert (info.ca_path, info.certificate_path, info.private_key_path) == (
+        str(tmp_path / "pki/ca.crt"), str(tmp_path / "pki/admin.crt"), str(tmp_path / "pki/admin.key"))
+
+
+def test_no_kubeconfig_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(Exception, match=r"no credentials for the API server.*set KUBECONFIG"):
+        load_connection()
+
+
+def test_the_operator_process_does_not_load_the_kubernetes_client() -> None:
+    """kopf would import it (about 50 MB) if let; Ansible's processes still use it."""
+    out = subprocess.run([sys.executable, "-c", "import sys, runner.cli, runner.manager; "
+                          "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_kubeconfig_without_its_context_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = kubeconfig(tmp_path, {"token": "t"})
+    path.write_text(path.read_text().replace("current-context: c", "current-context: elsewhere"))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    with pytest.raises(Exception, match=f"could not read the kubeconfig {path}: KeyError: 'elsewhere'"):
+        load_connection()

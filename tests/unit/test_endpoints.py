@@ -21,10 +21,7 @@ class FakeReviewer:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, Any]]] = []
 
-    async def call(self, fn: Any, *args: Any) -> Any:
-        return fn(*args)
-
-    def request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.requests.append((path, body))
         if path.endswith("/tokenreviews"):
             known = USERS.get(body["spec"]["token"])

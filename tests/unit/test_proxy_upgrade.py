@@ -20,6 +20,7 @@ from kubernetes.stream import stream, ws_client
 
 from runner.apisession import ApiSession
 from runner.config import GVK
+from runner.kopf_without_client import kopf
 from runner.proxy import Owner, OwnerProxy
 
 pytestmark = pytest.mark.timeout(60)
@@ -104,11 +105,7 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    cfg = client.Configuration()
-    cfg.host = f"http://127.0.0.1:{port}"
-    # as the kubeconfig loader stores a token: under "BearerToken" (kubernetes >= 34) or "authorization"
-    cfg.api_key["BearerToken"] = cfg.api_key["authorization"] = f"Bearer {OPERATOR_TOKEN}"
-    api = ApiSession(cfg)
+    api = ApiSession(kopf.ConnectionInfo(server=f"http://127.0.0.1:{port}", token=OPERATOR_TOKEN))
     dependents: list[Any] = []
     proxy = OwnerProxy(api, True, lambda *args: dependents.append(args), kubeconfig_dir=tmp_path / "kubeconfigs")
     await proxy.start()

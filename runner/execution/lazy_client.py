@@ -1,0 +1,88 @@
+"""The kubernetes client's generated packages, with their names loaded when first used.
+
+``kubernetes.client``, ``kubernetes.client.api`` and ``kubernetes.client.models`` import every one of the
+client's API classes and models in their ``__init__`` (some 60 API modules and 700 models: about 40 MB in
+the warm executor's forkserver, which preloads the client for kubernetes.core). kubernetes.core's modules and
+lookup use a handful of them: the dynamic client reads JSON, not models. Here each of those packages runs its
+own ``__init__`` without its ``from <package>.<module> import <Name>`` lines, and a name is imported from its
+module on first use, so everything the client offers is still there, with the same objects.
+
+Imported by the forkserver before anything imports the client (``warm.PRELOAD``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+from collections.abc import Sequence
+
+PACKAGES = ("kubernetes.client", "kubernetes.client.api", "kubernetes.client.models")
+
+
+class _LazyNamesLoader(importlib.abc.Loader):
+    def __init__(self, spec: importlib.machinery.ModuleSpec) -> None:
+        self.spec = spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        name = module.__name__
+        assert self.spec.origin is not None
+        tree = ast.parse(open(self.spec.origin, encoding="utf-8").read(), self.spec.origin)
+        lazy: dict[str, str] = {}
+        body = []
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(name + ".") \
+                    and all(a.name != "*" for a in node.names):
+                lazy.update({a.asname or a.name: f"{node.module}:{a.name}" for a in node.names})
+            else:
+                body.append(node)
+        tree.body = body
+        exec(compile(tree, self.spec.origin, "exec"), module.__dict__)
+
+        def __getattr__(attr: str) -> object:
+            where = lazy.get(attr)
+            if where is not None:
+                source, _, real = where.partition(":")
+                value = getattr(importlib.import_module(source), real)
+            elif not attr.startswith("__"):
+                # a submodule, as the eager __init__ left each one it imported from as an attribute
+                try:
+                    value = importlib.import_module(f"{name}.{attr}")
+                except ModuleNotFoundError as exc:
+                    if exc.name != f"{name}.{attr}":
+                        raise
+                    raise AttributeError(f"module {name!r} has no attribute {attr!r}") from None
+            else:
+                raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+            setattr(module, attr, value)
+            return value
+
+        module.__getattr__ = __getattr__  # type: ignore[attr-defined]
+        # `from kubernetes.client import *` gets every name, as from the client's own __init__
+        module.__all__ = [n for n in module.__dict__ if not n.startswith("_")] + list(lazy)  # type: ignore[attr-defined]
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in PACKAGES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.origin is None or not spec.origin.endswith("__init__.py"):
+            return spec
+        spec.loader = _LazyNamesLoader(spec)
+        return spec
+
+
+def install() -> None:
+    if not any(isinstance(f, _Finder) for f in sys.meta_path) and not any(p in sys.modules for p in PACKAGES):
+        sys.meta_path.insert(0, _Finder())
+
+
+install()

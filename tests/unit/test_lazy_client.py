@@ -1,0 +1,49 @@
+"""The forkserver's kubernetes client loads its generated names on first use, and offers the same ones."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+SURVEY = """
+import importlib, json, sys
+lazy = sys.argv[1] == "lazy"
+if lazy:
+    import runner.execution.lazy_client
+import kubernetes.client
+loaded_at_import = sum(m.startswith("kubernetes.client.models.") for m in sys.modules)
+out = {"loaded_at_import": loaded_at_import}
+for pkg in ("kubernetes.client", "kubernetes.client.api", "kubernetes.client.models"):
+    mod = importlib.import_module(pkg)
+    names = sorted(mod.__all__) if lazy else sorted(n for n in vars(mod) if not n.startswith("_"))
+    if lazy:  # each name from the eager __init__, as an attribute (submodules included)
+        names = sorted(set(names) | {n for n in json.loads(sys.argv[2])[pkg]})
+    described = {}
+    for n in names:
+        obj = getattr(mod, n)
+        described[n] = [type(obj).__name__, getattr(obj, "__module__", None), getattr(obj, "__qualname__", None),
+                        getattr(obj, "__name__", None)]
+    out[pkg] = described
+from kubernetes.client import *  # noqa
+out["star"] = "V1Pod" in dir() and "CoreV1Api" in dir() and "ApiClient" in dir()
+out["same"] = kubernetes.client.V1Pod is kubernetes.client.models.V1Pod is \\
+    importlib.import_module("kubernetes.client.models.v1_pod").V1Pod
+print(json.dumps(out))
+"""
+
+
+def survey(mode: str, names: dict | None = None) -> dict:
+    return json.loads(subprocess.run([sys.executable, "-c", SURVEY, mode, json.dumps(names or {})],
+                                     capture_output=True, text=True, check=True).stdout)
+
+
+def test_the_lazy_client_has_the_eager_clients_names_and_objects() -> None:
+    eager = survey("eager")
+    lazy = survey("lazy", {p: list(eager[p]) for p in ("kubernetes.client", "kubernetes.client.api",
+                                                       "kubernetes.client.models")})
+    assert eager["loaded_at_import"] > 500 and lazy["loaded_at_import"] == 0
+    for pkg in ("kubernetes.client", "kubernetes.client.api", "kubernetes.client.models"):
+        assert len(eager[pkg]) > 50
+        assert {n: lazy[pkg][n] for n in eager[pkg]} == eager[pkg], pkg
+    assert lazy["star"] and lazy["same"] and eager["star"] and eager["same"]
