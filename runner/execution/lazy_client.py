@@ -44,6 +44,8 @@ class _LazyNamesLoader(importlib.abc.Loader):
                 body.append(node)
         tree.body = body
         exec(compile(tree, self.spec.origin, "exec"), module.__dict__)
+        if not lazy:
+            return  # already lazy (clients from 35 on load their names on use themselves): left as it is
 
         def __getattr__(attr: str) -> object:
             where = lazy.get(attr)
@@ -65,7 +67,8 @@ class _LazyNamesLoader(importlib.abc.Loader):
 
         module.__getattr__ = __getattr__  # type: ignore[attr-defined]
         # `from kubernetes.client import *` gets every name, as from the client's own __init__
-        module.__all__ = [n for n in module.__dict__ if not n.startswith("_")] + list(lazy)  # type: ignore[attr-defined]
+        if "__all__" not in module.__dict__:
+            module.__all__ = [n for n in module.__dict__ if not n.startswith("_")] + list(lazy)  # type: ignore[attr-defined]
 
 
 class _Finder(importlib.abc.MetaPathFinder):

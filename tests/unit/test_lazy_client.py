@@ -1,4 +1,5 @@
-"""The forkserver's kubernetes client loads its generated names on first use, and offers the same ones."""
+"""The forkserver's kubernetes client loads its generated names on first use, and offers the same ones (an
+eager client, 33.1.0 in the default venv, is made lazy; a lazy one, 37 in the 2.19 venv, is left as it is)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ loaded_at_import = sum(m.startswith("kubernetes.client.models.") for m in sys.mo
 out = {"loaded_at_import": loaded_at_import}
 for pkg in ("kubernetes.client", "kubernetes.client.api", "kubernetes.client.models"):
     mod = importlib.import_module(pkg)
-    names = sorted(mod.__all__) if lazy else sorted(n for n in vars(mod) if not n.startswith("_"))
-    if lazy:  # each name from the eager __init__, as an attribute (submodules included)
-        names = sorted(set(names) | {n for n in json.loads(sys.argv[2])[pkg]})
+    names = set(getattr(mod, "__all__", None) or [n for n in vars(mod) if not n.startswith("_")])
+    if lazy:  # and each name of the unchanged client, as an attribute (submodules included)
+        names |= set(json.loads(sys.argv[2])[pkg])
     described = {}
-    for n in names:
+    for n in sorted(names):
         obj = getattr(mod, n)
         described[n] = [type(obj).__name__, getattr(obj, "__module__", None), getattr(obj, "__qualname__", None),
                         getattr(obj, "__name__", None)]
@@ -42,7 +43,8 @@ def test_the_lazy_client_has_the_eager_clients_names_and_objects() -> None:
     eager = survey("eager")
     lazy = survey("lazy", {p: list(eager[p]) for p in ("kubernetes.client", "kubernetes.client.api",
                                                        "kubernetes.client.models")})
-    assert eager["loaded_at_import"] > 500 and lazy["loaded_at_import"] == 0
+    # kubernetes >= 35 loads its names on use itself (its models are not imported with it): left as it is
+    assert lazy["loaded_at_import"] == 0
     for pkg in ("kubernetes.client", "kubernetes.client.api", "kubernetes.client.models"):
         assert len(eager[pkg]) > 50
         assert {n: lazy[pkg][n] for n in eager[pkg]} == eager[pkg], pkg
