@@ -20,7 +20,9 @@ import sys
 import types
 from collections.abc import Sequence
 
-PACKAGES = ("kubernetes.client", "kubernetes.client.api", "kubernetes.client.models")
+# kubernetes.client.apis is the client's deprecated name for kubernetes.client.api (a star import of it, which
+# kubernetes.core's k8s_exec still imports from): its names come from the lazy api package on use.
+PACKAGES = ("kubernetes.client", "kubernetes.client.api", "kubernetes.client.models", "kubernetes.client.apis")
 
 
 class _LazyNamesLoader(importlib.abc.Loader):
@@ -35,16 +37,19 @@ class _LazyNamesLoader(importlib.abc.Loader):
         assert self.spec.origin is not None
         tree = ast.parse(open(self.spec.origin, encoding="utf-8").read(), self.spec.origin)
         lazy: dict[str, str] = {}
+        star: list[str] = []  # packages whose every name this one offers
         body = []
         for node in tree.body:
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(name + ".") \
-                    and all(a.name != "*" for a in node.names):
-                lazy.update({a.asname or a.name: f"{node.module}:{a.name}" for a in node.names})
+            source = node.module or "" if isinstance(node, ast.ImportFrom) and node.level == 0 else ""
+            if source.startswith(name + ".") and all(a.name != "*" for a in node.names):
+                lazy.update({a.asname or a.name: f"{source}:{a.name}" for a in node.names})
+            elif source in PACKAGES and [a.name for a in node.names] == ["*"]:
+                star.append(source)
             else:
                 body.append(node)
         tree.body = body
         exec(compile(tree, self.spec.origin, "exec"), module.__dict__)
-        if not lazy:
+        if not lazy and not star:
             return  # already lazy (clients from 35 on load their names on use themselves): left as it is
 
         def __getattr__(attr: str) -> object:
@@ -52,6 +57,8 @@ class _LazyNamesLoader(importlib.abc.Loader):
             if where is not None:
                 source, _, real = where.partition(":")
                 value = getattr(importlib.import_module(source), real)
+            elif star and not attr.startswith("__"):
+                value = getattr(importlib.import_module(star[0]), attr)  # raises AttributeError as it would
             elif not attr.startswith("__"):
                 # a submodule, as the eager __init__ left each one it imported from as an attribute
                 try:
@@ -68,7 +75,8 @@ class _LazyNamesLoader(importlib.abc.Loader):
         module.__getattr__ = __getattr__  # type: ignore[attr-defined]
         # `from kubernetes.client import *` gets every name, as from the client's own __init__
         if "__all__" not in module.__dict__:
-            module.__all__ = [n for n in module.__dict__ if not n.startswith("_")] + list(lazy)  # type: ignore[attr-defined]
+            names = [n for s in star for n in getattr(importlib.import_module(s), "__all__", ())]
+            module.__all__ = [n for n in module.__dict__ if not n.startswith("_")] + list(lazy) + names  # type: ignore[attr-defined]
 
 
 class _Finder(importlib.abc.MetaPathFinder):

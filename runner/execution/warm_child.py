@@ -24,7 +24,7 @@ import subprocess
 import sys
 import sysconfig
 import traceback
-import types
+import warnings
 from pathlib import Path
 
 # --- the preload -----------------------------------------------------------------------------------
@@ -41,7 +41,7 @@ import ansible.plugins.connection.local as _local
 import ansible.template  # noqa: F401
 import kubernetes.client
 import kubernetes.config
-import kubernetes.dynamic
+import kubernetes.dynamic  # noqa: F401
 import yaml  # noqa: F401
 from ansible.plugins.loader import (
     become_loader,
@@ -88,36 +88,11 @@ for _loader in (connection_loader, shell_loader, become_loader):
     list(_loader.all(class_only=True))
 
 
-def _lazy_apis_alias() -> None:
-    """kubernetes.core's k8s_exec imports core_v1_api from ``kubernetes.client.apis``, the client's deprecated
-    alias package, which star-imports every API class of the client: 1-2 s and ~60 MB in every k8s_exec
-    module process (2.4 s a task in a failover's WAL position reads). The alias here has the same names,
-    each loaded when used."""
-    try:
-        api = importlib.import_module("kubernetes.client.api")
-    except ImportError:
-        return
-    alias = types.ModuleType("kubernetes.client.apis", "kubernetes.client.api under its deprecated name")
-    alias.__path__ = []  # a package: `from kubernetes.client.apis import core_v1_api` asks it for the name
-
-    def __getattr__(name: str) -> object:
-        if not name.startswith("_"):
-            try:
-                return getattr(api, name)  # a class, e.g. CoreV1Api
-            except AttributeError:
-                try:
-                    return importlib.import_module(f"kubernetes.client.api.{name}")  # a module, e.g. core_v1_api
-                except ModuleNotFoundError as exc:
-                    if exc.name != f"kubernetes.client.api.{name}":
-                        raise
-        raise AttributeError(f"module 'kubernetes.client.apis' has no attribute {name!r}")
-
-    alias.__getattr__ = __getattr__
-    sys.modules["kubernetes.client.apis"] = alias
-    kubernetes.client.apis = alias
-
-
-_lazy_apis_alias()
+# kubernetes.core's k8s_exec imports core_v1_api from ``kubernetes.client.apis``, the client's deprecated alias
+# package, which star-imports every API class (1-2 s and ~60 MB in every k8s_exec module process before it was
+# lazy: lazy_client). Loaded here once; its deprecation notice is for kubernetes.core, not for our log.
+with warnings.catch_warnings(record=True):
+    importlib.import_module("kubernetes.client.apis")
 warm_templar.install()
 warm_kubernetes.install()
 

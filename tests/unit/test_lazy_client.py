@@ -15,7 +15,7 @@ if lazy:
 import kubernetes.client
 loaded_at_import = sum(m.startswith("kubernetes.client.models.") for m in sys.modules)
 out = {"loaded_at_import": loaded_at_import}
-for pkg in ("kubernetes.client", "kubernetes.client.api", "kubernetes.client.models"):
+for pkg in sys.argv[3].split(","):
     mod = importlib.import_module(pkg)
     names = set(getattr(mod, "__all__", None) or [n for n in vars(mod) if not n.startswith("_")])
     if lazy:  # and each name of the unchanged client, as an attribute (submodules included)
@@ -28,24 +28,29 @@ for pkg in ("kubernetes.client", "kubernetes.client.api", "kubernetes.client.mod
     out[pkg] = described
 from kubernetes.client import *  # noqa
 out["star"] = "V1Pod" in dir() and "CoreV1Api" in dir() and "ApiClient" in dir()
+from kubernetes.client.apis import core_v1_api  # as k8s_exec does
+out["exec"] = core_v1_api.CoreV1Api.__module__
 out["same"] = kubernetes.client.V1Pod is kubernetes.client.models.V1Pod is \\
     importlib.import_module("kubernetes.client.models.v1_pod").V1Pod
 print(json.dumps(out))
 """
 
 
+PACKAGES = ("kubernetes.client", "kubernetes.client.api", "kubernetes.client.models", "kubernetes.client.apis")
+
+
 def survey(mode: str, names: dict | None = None) -> dict:
-    return json.loads(subprocess.run([sys.executable, "-c", SURVEY, mode, json.dumps(names or {})],
+    return json.loads(subprocess.run([sys.executable, "-c", SURVEY, mode, json.dumps(names or {}), ",".join(PACKAGES)],
                                      capture_output=True, text=True, check=True).stdout)
 
 
 def test_the_lazy_client_has_the_eager_clients_names_and_objects() -> None:
     eager = survey("eager")
-    lazy = survey("lazy", {p: list(eager[p]) for p in ("kubernetes.client", "kubernetes.client.api",
-                                                       "kubernetes.client.models")})
+    lazy = survey("lazy", {p: list(eager[p]) for p in PACKAGES})
     # kubernetes >= 35 loads its names on use itself (its models are not imported with it): left as it is
     assert lazy["loaded_at_import"] == 0
-    for pkg in ("kubernetes.client", "kubernetes.client.api", "kubernetes.client.models"):
+    for pkg in PACKAGES:  # apis: the deprecated alias kubernetes.core's k8s_exec imports core_v1_api from
         assert len(eager[pkg]) > 50
         assert {n: lazy[pkg][n] for n in eager[pkg]} == eager[pkg], pkg
     assert lazy["star"] and lazy["same"] and eager["star"] and eager["same"]
+    assert lazy["exec"] == eager["exec"] == "kubernetes.client.api.core_v1_api"
