@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -47,7 +48,8 @@ class Backoff:
     cap: float = 300.0
 
     def delay(self, failures: int) -> float:
-        return min(self.cap, self.base * (2 ** max(0, failures - 1)))
+        # The exponent is bounded: 2**1024 is no float, and the cap is long reached by then.
+        return min(self.cap, math.ldexp(self.base, min(max(0, failures - 1), 64)))
 
 
 @dataclass
@@ -108,18 +110,12 @@ class WorkQueue:
             self.add(key, pending.reason)
 
     def forget(self, key: Key) -> None:
-        """The object is gone: no more resyncs or retries for it."""
+        """The object is gone: no more resyncs or retries for it. Work already queued for the key stays: an
+        object of that name created again meanwhile must get its run."""
         pending = self._delayed.pop(key, None)
         if pending:
             pending.handle.cancel()
         self._failures.pop(key, None)
-        if key in self._dirty and key not in self._processing:
-            self._dirty.pop(key, None)
-            try:
-                self._order.remove(key)
-            except ValueError:
-                pass
-        self._report_depth()
 
     def _report_depth(self) -> None:
         metrics.QUEUE_DEPTH.labels(self.name).set(len(self._order))
@@ -136,8 +132,7 @@ class WorkQueue:
         self._report_depth()
         return key, reasons
 
-    def _done(self, key: Key, outcome: Outcome) -> None:
-        self._processing.discard(key)
+    def _schedule(self, key: Key, outcome: Outcome) -> None:
         if outcome.forget:
             self.forget(key)
         elif outcome.error:
@@ -147,12 +142,22 @@ class WorkQueue:
         else:
             self._failures.pop(key, None)
             delay = outcome.requeue_after if outcome.requeue_after is not None else self.resync_period(key)
-            if delay:
+            # Periods are validated where they are read; one that is not positive means no requeue here too.
+            if delay is not None and delay > 0:
                 # A resync must not fire earlier than asked because an older, shorter delay is pending.
                 old = self._delayed.pop(key, None)
                 if old:
                     old.handle.cancel()
                 self.add_after(key, delay, REQUEUE if outcome.requeue_after is not None else RESYNC)
+
+    def _done(self, key: Key, outcome: Outcome) -> None:
+        self._processing.discard(key)
+        try:
+            self._schedule(key, outcome)
+        except Exception:  # a worker must outlive any bookkeeping error: retry the key later
+            log.exception("scheduling the next run of %s %s/%s failed; retrying it in %.0fs", self.name, *key,
+                          self.backoff.cap)
+            asyncio.get_running_loop().call_later(self.backoff.cap, self.add, key, RETRY)
         if key in self._dirty:
             self._order.append(key)
             self._wakeup.set()

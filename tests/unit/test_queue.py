@@ -158,3 +158,97 @@ def test_shutdown_waits_for_runs_in_progress() -> None:
 
     finished, rec = asyncio.run(go())
     assert finished and rec.active == 0
+
+
+def test_backoff_is_capped_at_any_failure_count() -> None:
+    backoff = Backoff(1.0, 300.0)
+    assert [backoff.delay(n) for n in (1, 2, 9, 10)] == [1.0, 2.0, 256.0, 300.0]
+    for failures in (1024, 1025, 10_000, 10**9):  # ~3.6 days of failures at the cap, and far beyond
+        assert backoff.delay(failures) == 300.0
+
+
+def test_a_key_that_failed_for_days_is_still_retried_and_its_worker_lives() -> None:
+    async def go() -> Recorder:
+        rec = Recorder(outcomes=[Outcome(error=True), Outcome(error=True), Outcome()])
+        q = make(rec, backoff=Backoff(0.01, 0.02))
+        q._failures[("ns", "a")] = 1024  # a CR broken since long ago
+        q.start()
+        q.add(("ns", "a"))
+        await asyncio.sleep(0.2)
+        q.add(("ns", "b"))  # the kind's only worker still takes new work
+        await asyncio.sleep(0.1)
+        await q.shutdown(1)
+        return rec
+
+    rec = asyncio.run(go())
+    assert [c[0] for c in rec.calls] == [("ns", "a")] * 3 + [("ns", "b")]
+
+
+def test_a_handler_that_raises_is_retried_and_never_kills_its_worker() -> None:
+    async def go() -> list[tuple[str, str]]:
+        seen: list[tuple[str, str]] = []
+
+        async def handler(key: tuple[str, str], reasons: frozenset[str]) -> Outcome:
+            seen.append(key)
+            if key == ("ns", "bad") and seen.count(key) < 3:
+                raise RuntimeError("boom")
+            return Outcome()
+
+        q = make(handler, backoff=Backoff(0.01, 0.01))
+        q.start()
+        q.add(("ns", "bad"))
+        await asyncio.sleep(0.15)
+        q.add(("ns", "good"))
+        await asyncio.sleep(0.1)
+        await q.shutdown(1)
+        return seen
+
+    assert asyncio.run(go()) == [("ns", "bad")] * 3 + [("ns", "good")]
+
+
+def test_work_queued_during_a_run_that_ends_with_forget_is_kept() -> None:
+    """The object was deleted (the run ends with forget) and created again meanwhile: that creation runs."""
+    async def go() -> Recorder:
+        rec = Recorder(delay=0.1, outcomes=[Outcome(forget=True), Outcome()])
+        q = make(rec, resync=None)
+        q.start()
+        q.add(("ns", "a"))
+        await asyncio.sleep(0.03)  # in the run: DELETED then ADDED arrive
+        q.forget(("ns", "a"))
+        q.add(("ns", "a"))
+        await asyncio.sleep(0.3)
+        await q.shutdown(1)
+        return rec
+
+    rec = asyncio.run(go())
+    assert len(rec.calls) == 2
+
+
+def test_forget_of_an_idle_key_keeps_its_queued_work() -> None:
+    async def go() -> Recorder:
+        rec = Recorder()
+        q = make(rec)
+        q.add(("ns", "a"))  # not started yet: the key waits in the queue
+        q.forget(("ns", "a"))
+        q.start()
+        await asyncio.sleep(0.05)
+        await q.shutdown(1)
+        return rec
+
+    assert len(asyncio.run(go()).calls) == 1
+
+
+def test_periods_that_are_not_positive_mean_no_requeue() -> None:
+    """Validated where they come from; the queue itself never spins on one either."""
+    async def go(outcome: Outcome, resync: float | None) -> int:
+        rec = Recorder(outcomes=[outcome] * 1000)
+        q = make(rec, resync=resync)
+        q.start()
+        q.add(("ns", "a"))
+        await asyncio.sleep(0.2)
+        await q.shutdown(1)
+        return len(rec.calls)
+
+    assert asyncio.run(go(Outcome(requeue_after=-1.0), None)) == 1
+    assert asyncio.run(go(Outcome(), -300.0)) == 1
+    assert asyncio.run(go(Outcome(requeue_after=0.0), None)) == 1
