@@ -110,15 +110,48 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(**values)
 
 
+# client-go's leaderelection refuses a renew deadline that the retries' jitter (1.2) could overshoot.
+LEASE_JITTER = 1.2
+
+
+def check_durations(cfg: RunConfig) -> tuple[list[str], list[str]]:
+    """The flags' durations, validated once at start-up: (errors that stop it, warnings). A negative reconcile
+    period means no periodic reconcile, as the Go operator takes it; a negative grace period waits for runs
+    without a limit, as controller-runtime's does."""
+    errors, warnings = [], []
+    if cfg.reconcile_period < 0:
+        warnings.append(f"--reconcile-period {cfg.reconcile_period:g}s is negative: no periodic reconcile")
+    if not cfg.retry_backoff_base > 0:
+        errors.append("--retry-backoff-base must be positive: failures would be retried back to back")
+    elif not cfg.retry_backoff_max >= cfg.retry_backoff_base:
+        errors.append("--retry-backoff-max must be at least --retry-backoff-base")
+    if not cfg.retry_period > 0:
+        errors.append("--leader-election-retry-period must be positive")
+    elif not cfg.renew_deadline > LEASE_JITTER * cfg.retry_period:
+        errors.append(f"--leader-election-renew-deadline must be more than {LEASE_JITTER} x the retry period")
+    elif not cfg.lease_duration > cfg.renew_deadline:
+        errors.append("--leader-election-lease-duration must be longer than the renew deadline")
+    if cfg.max_concurrent_reconciles < 1 or cfg.max_concurrent_runs < 0:
+        errors.append("--max-concurrent-reconciles must be at least 1, --max-concurrent-runs 0 (no cap) or more")
+    return errors, warnings
+
+
 def run(argv: list[str]) -> int:
-    args = run_parser().parse_args(argv)
+    parser = run_parser()
+    args = parser.parse_args(argv)
     cfg = config_from_args(args)
+    errors, warnings = check_durations(cfg)
+    if errors:
+        parser.error("; ".join(errors))
     import faulthandler
+    import logging
     import signal
 
     from . import logs
 
     logs.setup(cfg.log_level, cfg.log_format)
+    for warning in warnings:
+        logging.getLogger("playbook_operator").warning("%s", warning)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` prints every thread's stack
     if cfg.ansible_roles_path:
         os.environ["ANSIBLE_ROLES_PATH"] = cfg.ansible_roles_path

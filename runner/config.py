@@ -33,8 +33,13 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
+# Go's time.Duration is an int64 of nanoseconds: ParseDuration refuses anything longer (about 292 years).
+MAX_DURATION = (2**63 - 1) / 1e9
+
+
 def parse_duration(text: str) -> float:
-    """Go's ``time.ParseDuration`` ("30s", "1h30m", "1.5h", "300ms", "0"): seconds as a float."""
+    """Go's ``time.ParseDuration`` ("30s", "1h30m", "1.5h", "300ms", "0"): seconds as a float. Like Go, a
+    duration beyond an int64 of nanoseconds is invalid."""
     s = text.strip()
     if s in ("0", "+0", "-0"):
         return 0.0
@@ -49,7 +54,14 @@ def parse_duration(text: str) -> float:
             raise ValueError(f"invalid duration {text!r}")
         total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
         pos = m.end()
+    if not total <= MAX_DURATION:
+        raise ValueError(f"invalid duration {text!r}: longer than Go's time.Duration can hold")
     return sign * total
+
+
+def positive(seconds: float | None) -> float | None:
+    """A requeue period as controller-runtime takes it: one that is not positive means no requeue (None)."""
+    return seconds if seconds is not None and seconds > 0 else None
 
 
 def format_duration(seconds: float) -> str:

@@ -43,8 +43,6 @@ def _namespace(cfg: RunConfig) -> str:
 
 class LeaderElector:
     def __init__(self, kube: Kube, cfg: RunConfig) -> None:
-        if not cfg.renew_deadline < cfg.lease_duration:
-            raise ValueError("--leader-election-renew-deadline must be shorter than --leader-election-lease-duration")
         self.kube = kube
         self.name = cfg.leader_election_id or "playbook-operator-lock"
         self.namespace = _namespace(cfg)

@@ -252,7 +252,7 @@ class Operator:
                                     write_playbooks(watch, playbook_root), run_env)
             queue = WorkQueue(
                 name=watch.gvk.kind, workers=watch.max_concurrent_reconciles, handler=reconciler,
-                global_cap=global_cap, resync_period=lambda key, r=reconciler, s=store: r.reconcile_period(s.latest(key)),
+                global_cap=global_cap,
                 backoff=Backoff(cfg.retry_backoff_base, cfg.retry_backoff_max),
                 may_run=self.leader.fresh if self.leader else (lambda: True))
             register(registry, settings, watch, store, queue)
@@ -287,9 +287,9 @@ class Operator:
         if lost in done:
             log.error("lost the leader lease: stopping every run now so that no two leaders run roles")
             self.exit_code = 1
-            grace = 0.0
-        else:
-            grace = cfg.graceful_shutdown_timeout
+            grace: float | None = 0.0
+        else:  # negative: as long as runs take (each is bounded by its run timeout), as controller-runtime
+            grace = cfg.graceful_shutdown_timeout if cfg.graceful_shutdown_timeout >= 0 else None
         if kopf_task in done and not kopf_task.cancelled() and kopf_task.exception():
             log.error("the watch machinery failed: %s", kopf_task.exception())
             self.exit_code = 1

@@ -28,10 +28,13 @@ CHANGE, RESYNC, RETRY, REQUEUE = "change", "resync", "retry", "requeue"
 
 @dataclass
 class Outcome:
-    """What a run asks of the queue: retry with backoff (error), or come back after ``requeue_after``."""
+    """What a run asks of the queue: retry with backoff (error), or come back after ``requeue_after`` (the
+    role asked) or else ``resync_after`` (the reconcile period). Periods are validated by the reconciler;
+    one that is None or not positive means no requeue."""
 
     error: bool = False
     requeue_after: float | None = None
+    resync_after: float | None = None
     forget: bool = False  # the object is gone: drop its timers and failure count
 
 
@@ -58,7 +61,6 @@ class WorkQueue:
     workers: int
     handler: Callable[[Key, frozenset[str]], Awaitable[Outcome]]
     global_cap: asyncio.Semaphore
-    resync_period: Callable[[Key], float | None]
     backoff: Backoff = field(default_factory=Backoff)
     # Runs start only while this says yes (the leader's lease is fresh); checked right before each run.
     may_run: Callable[[], bool] = lambda: True
@@ -141,8 +143,7 @@ class WorkQueue:
             self.add_after(key, self.backoff.delay(failures), RETRY)
         else:
             self._failures.pop(key, None)
-            delay = outcome.requeue_after if outcome.requeue_after is not None else self.resync_period(key)
-            # Periods are validated where they are read; one that is not positive means no requeue here too.
+            delay = outcome.requeue_after if outcome.requeue_after is not None else outcome.resync_after
             if delay is not None and delay > 0:
                 # A resync must not fire earlier than asked because an older, shorter delay is pending.
                 old = self._delayed.pop(key, None)
@@ -189,9 +190,9 @@ class WorkQueue:
         for i in range(self.workers):
             self._tasks.append(asyncio.create_task(self._worker(i), name=f"worker-{self.name}-{i}"))
 
-    async def shutdown(self, timeout: float) -> bool:
-        """Stop taking work; let runs in progress finish within ``timeout``, then cancel them.
-        Returns True when everything finished in time."""
+    async def shutdown(self, timeout: float | None) -> bool:
+        """Stop taking work; let runs in progress finish within ``timeout`` (None: however long they take),
+        then cancel them. Returns True when everything finished in time."""
         self._accepting = False
         for pending in self._delayed.values():
             pending.handle.cancel()

@@ -24,6 +24,7 @@ from .config import (
     VERBOSITY_ANNOTATION,
     Watch,
     parse_duration,
+    positive,
 )
 from .dependents import CLEANUP_FINALIZER, AnnotatedCleanup
 from .events import Recorder
@@ -101,17 +102,24 @@ class Reconciler:
         g = self.watch.gvk
         return self.settings.artifacts_root / (g.group or "core") / g.version / g.kind / (namespace or "_cluster") / name
 
-    def reconcile_period(self, obj: dict[str, Any] | None) -> float | None:
-        if obj is not None:
-            raw = (obj.get("metadata", {}).get("annotations") or {}).get(RECONCILE_PERIOD_ANNOTATION)
-            if raw is not None:
-                try:
-                    return parse_duration(raw)
-                except ValueError:
-                    pass  # reported as a Failure condition by the reconcile itself
-        if self.watch.reconcile_period is not None:
-            return self.watch.reconcile_period
-        return self.settings.default_reconcile_period
+    def reconcile_period(self, obj: dict[str, Any]) -> float | None:
+        """The object's resync period, read once per reconcile: its annotation's, else the watch's, else the
+        flag's. None: no periodic resync (0, or a negative annotation, which controller-runtime takes as no
+        requeue; that one is refused with a warning). An annotation that is no duration raises ValueError."""
+        raw = (obj.get("metadata", {}).get("annotations") or {}).get(RECONCILE_PERIOD_ANNOTATION)
+        if raw is None:
+            period = self.watch.reconcile_period
+            return positive(self.settings.default_reconcile_period if period is None else period)
+        try:
+            period = parse_duration(raw)
+        except ValueError:
+            raise ValueError(f"Unable to parse reconcile period annotation {RECONCILE_PERIOD_ANNOTATION}={raw!r}: "
+                             "expected a duration such as 30s or 5m") from None
+        if period < 0:
+            log.warning("%s %s/%s: annotation %s=%r is negative: no periodic reconcile (as the Go operator)",
+                        self.kind, obj["metadata"].get("namespace") or "", obj["metadata"].get("name"),
+                        RECONCILE_PERIOD_ANNOTATION, raw)
+        return positive(period)
 
     async def _event(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
         await self.recorder.record(obj, etype, reason, message)
@@ -170,15 +178,11 @@ class Reconciler:
         if deleting and (fin is None or fin not in (meta.get("finalizers") or [])):
             return await self._after_finalizer(key, obj)
 
-        raw_period = (meta.get("annotations") or {}).get(RECONCILE_PERIOD_ANNOTATION)
-        if raw_period is not None:
-            try:
-                parse_duration(raw_period)
-            except ValueError:
-                msg = (f"Unable to parse reconcile period annotation {RECONCILE_PERIOD_ANNOTATION}="
-                       f"{raw_period!r}: expected a duration such as 30s or 5m")
-                await self._finish_failed(obj, [msg], None)
-                return Outcome(error=True)
+        try:
+            resync = self.reconcile_period(obj)
+        except ValueError as exc:
+            await self._finish_failed(obj, [str(exc)], None)
+            return Outcome(error=True)
 
         if fin and not deleting and fin not in (meta.get("finalizers") or []):
             updated = await self._update_finalizers(key, obj, lambda f: [*f, fin] if fin not in f else f)
@@ -235,8 +239,12 @@ class Reconciler:
             return await self._gone(key)
         self.source.observed(key, latest)
 
+        requeue = outcome.requeue_after
+        if requeue is not None and requeue <= 0:
+            log.warning("%s: requeue_after %.0fs is not positive: no requeue (as controller-runtime takes it)",
+                        request.label, requeue, extra={"object": request.label, "ident": request.ident})
         # A finalizer that asks to be requeued is waiting for something (a final backup, say): not done yet.
-        if finalizer_run and outcome.ok and outcome.requeue_after is None:
+        if finalizer_run and outcome.ok and not (requeue is not None and requeue > 0):
             updated = await self._update_finalizers(key, latest, lambda f: [x for x in f if x != fin])
             return await self._after_finalizer(key, updated or latest)
 
@@ -257,9 +265,9 @@ class Reconciler:
         if outcome.ok and was_failed:
             await self._event(latest, "Normal", "ReconcileSucceeded", "Reconciliation succeeded after failures")
 
-        if outcome.requeue_after is not None:
-            return Outcome(error=False, requeue_after=outcome.requeue_after)
-        return Outcome(error=not outcome.ok)  # on success the queue schedules the reconcile period
+        if requeue is not None:  # the role's wish wins, as in the Go operator; one that is not positive means none
+            return Outcome(requeue_after=positive(requeue))
+        return Outcome(error=True) if not outcome.ok else Outcome(resync_after=resync)
 
     async def _after_finalizer(self, key: Key, obj: dict[str, Any]) -> Outcome:
         """The role's finalizer (if any) is done: the annotation-linked dependents go now, in this same

@@ -48,6 +48,7 @@ def interpret(events: list[dict[str, Any]], rc: int, status: str) -> Outcome:
     failed_task = None
     requeue = None
     metrics = []
+    invalid: list[str] = []  # what the run asked that cannot be done: a failure even if no task failed
     stats = None
     for ev in events:
         name = ev.get("event")
@@ -57,10 +58,12 @@ def interpret(events: list[dict[str, Any]], rc: int, status: str) -> Outcome:
         # a looped task reports each item's result in its own event (the task's own holds them all)
         ok = name in ("runner_on_ok", "runner_item_on_ok")
         if ok and action in REQUEUE_ACTIONS and res.get("period"):
+            if requeue is not None:
+                continue  # the first one wins, as in the Go operator (which stops reading there)
             try:
                 requeue = parse_duration(str(res["period"]))
             except ValueError:
-                failures.append(f"requeue_after: invalid time {res['period']!r}")
+                invalid.append(f"requeue_after: invalid time {res['period']!r}")
         elif ok and action in METRIC_ACTIONS and isinstance(res.get("osdk_metric"), dict):
             metrics.append(res["osdk_metric"])
         elif name in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
@@ -81,6 +84,7 @@ def interpret(events: list[dict[str, Any]], rc: int, status: str) -> Outcome:
         # A failed task inside a block with a rescue is not a failure of the run.
         if result["failures"] == 0 and rc == 0:
             failures = []
+    failures += invalid
     ok = stats is not None and rc == 0 and status == "successful" and not failures
     if not ok and not failures:
         failures = [UNKNOWN_FAILURE if stats is not None else f"the run ended without a result ({status}, rc={rc})"]

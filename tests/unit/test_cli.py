@@ -56,3 +56,28 @@ def test_the_go_operators_spellings_and_the_scaffolded_manager_arguments(monkeyp
     assert cfg.metrics_bind_address == ":9090" and cfg.leader_elect and not cfg.metrics_secure
     assert (cfg.lease_duration, cfg.renew_deadline) == (20, 12)
     assert cfg.ansible_log_events == "Tasks" and cfg.proxy_port == 8888
+
+
+def test_durations_are_validated_once_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.cli import check_durations
+
+    def check(*argv: str) -> tuple[list[str], list[str]]:
+        return check_durations(config_from_args(run_parser().parse_args(list(argv))))
+
+    assert check() == ([], [])
+    errors, warnings = check("--reconcile-period=-5m")
+    assert not errors and warnings == ["--reconcile-period -300s is negative: no periodic reconcile"]
+    assert check("--retry-backoff-base", "0s")[0] == [
+        "--retry-backoff-base must be positive: failures would be retried back to back"]
+    assert check("--retry-backoff-base", "10s", "--retry-backoff-max", "1s")[0]
+    assert check("--leader-election-lease-duration", "5s", "--leader-election-renew-deadline", "10s")[0]
+    assert check("--leader-election-retry-period=-1s")[0]
+    assert check("--max-concurrent-reconciles=-2")[0]
+
+
+def test_refused_durations_stop_start_up(capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.cli import run
+
+    with pytest.raises(SystemExit) as exc:
+        run(["--retry-backoff-base=-1s"])
+    assert exc.value.code == 2 and "--retry-backoff-base must be positive" in capsys.readouterr().err

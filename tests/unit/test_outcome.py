@@ -74,3 +74,19 @@ def test_each_item_of_a_looped_osdk_metric_is_a_metric() -> None:
                                                      "res": {"results": [{"osdk_metric": {"name": "m"}}] * 2}}}
     out = interpret([item, item, task], 0, "successful")
     assert out.metrics == [{"name": "m", "gauge": {"set": 1}}] * 2
+
+
+def _requeue(period: str) -> dict:
+    return {"event": "runner_on_ok", "event_data": {"task_action": "operator_sdk.util.requeue_after",
+                                                    "res": {"period": period}}}
+
+
+def test_the_first_requeue_after_wins_as_in_the_go_operator() -> None:
+    out = interpret([_requeue("30s"), _requeue("5m"), stats()], 0, "successful")
+    assert out.ok and out.requeue_after == 30
+
+
+def test_a_requeue_period_beyond_gos_durations_is_invalid() -> None:
+    out = interpret([_requeue("9999999999h"), stats()], 0, "successful")
+    assert not out.ok and out.requeue_after is None
+    assert out.failures == ["requeue_after: invalid time '9999999999h'"]

@@ -25,7 +25,14 @@ class Recorder:
 
 
 def make(handler, workers=1, cap=10, resync=None, backoff=Backoff(0.05, 0.4)):  # noqa: B008
-    return WorkQueue("K", workers, handler, asyncio.Semaphore(cap), lambda key: resync, backoff)
+    """A queue whose handler's successes ask for ``resync`` (the reconcile period), as the reconciler's do."""
+    async def with_resync(key: tuple[str, str], reasons: frozenset[str]) -> Outcome:
+        outcome = await handler(key, reasons)
+        if not outcome.error and not outcome.forget and outcome.resync_after is None:
+            outcome.resync_after = resync
+        return outcome
+
+    return WorkQueue("K", workers, with_resync, asyncio.Semaphore(cap), backoff)
 
 
 def test_a_key_is_queued_once() -> None:
@@ -66,8 +73,8 @@ def test_per_kind_workers_and_global_cap() -> None:
     async def go() -> tuple[Recorder, Recorder, int]:
         a, b = Recorder(delay=0.1), Recorder(delay=0.1)
         cap = asyncio.Semaphore(3)
-        qa = WorkQueue("A", 2, a, cap, lambda k: None)
-        qb = WorkQueue("B", 2, b, cap, lambda k: None)
+        qa = WorkQueue("A", 2, a, cap)
+        qb = WorkQueue("B", 2, b, cap)
         peak = 0
 
         async def watch() -> None:

@@ -163,3 +163,10 @@ def test_go_durations(text: str, seconds: float) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+def test_durations_beyond_gos_are_invalid_as_in_go() -> None:
+    assert parse_duration("2562047h") == 2562047 * 3600.0  # Go's longest whole-hour duration
+    for text in ("2562048h", "9999999999h", "1" + "0" * 400 + "s"):
+        with pytest.raises(ValueError):
+            parse_duration(text)
