@@ -20,6 +20,7 @@ come from CONF_DIR and LABELS_FILE.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -167,6 +168,8 @@ class Pod:
     root: Path
     manifests: dict[str, list[dict[str, Any]]]
     role: str = ""
+    # the operator's instructions (role.sh), without the sampledb.example.com/ prefix
+    annotations: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -233,20 +236,41 @@ class Pod:
             os.chmod(self.conf / key, 0o644)
         _dir(self.labels.parent)
 
-    def label(self, role: str) -> None:
-        """The operator relabels the pod; the kubelet rewrites the downward API file (atomically)."""
-        self.role = role
-        tmp = self.labels.with_suffix(".tmp")
-        tmp.write_text(f'app.kubernetes.io/instance="{self.db.name}"\napp.kubernetes.io/name="sampledb"\n'
-                       f'sampledb.example.com/role="{role}"\n')
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, self.labels)
+    @property
+    def annotations_file(self) -> Path:
+        return self.labels.parent / "annotations"
 
-    def start(self, role: str | None = None) -> Pod:
-        """Starts the container (again: a restart keeps the volumes)."""
+    def _podinfo(self, path: Path, items: dict[str, str]) -> None:
+        # as the kubelet writes it: key="value" (Go's %q), sorted, the file replaced in one step
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(f'{k}={json.dumps(v)}\n' for k, v in sorted(items.items())))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+
+    def label(self, role: str, **annotations: str | None) -> None:
+        """The operator relabels the pod (and changes its annotations, None removing one); the kubelet rewrites the
+        downward API files."""
+        self.annotate(**annotations)
+        self.role = role
+        self._podinfo(self.labels, {"app.kubernetes.io/instance": self.db.name, "app.kubernetes.io/name": "sampledb",
+                                    "sampledb.example.com/role": role})
+
+    def annotate(self, **annotations: str | None) -> None:
+        for key, value in annotations.items():
+            key = key.replace("_", "-")
+            if value is None:
+                self.annotations.pop(key, None)
+            else:
+                self.annotations[key] = value
+        self._podinfo(self.annotations_file, {f"sampledb.example.com/{k}": v for k, v in self.annotations.items()})
+
+    def start(self, role: str | None = None, **annotations: str | None) -> Pod:
+        """Starts the container (again: a restart keeps the volumes), with that label and those annotations."""
         self.prepare()
         if role:
-            self.label(role)
+            self.label(role, **annotations)
+        else:
+            self.annotate(**annotations)
         cmd = [_map(arg, self.mounts) for arg in self.container["command"]]
         self.starts += 1
         log = open(self.root / "container.log", "ab")  # the child writes it; closed here after the fork
@@ -360,8 +384,15 @@ class Loopback:
                     for i, port in enumerate(ports)]
         variants.append((JOB_TEMPLATES, {**base, **job_vars}))
         *servers, jobs = render(*variants)
+        names = [f"{name}-{i}" for i in range(replicas)]
+        sync = replicas > 1 and (spec.get("replication") or {}).get("mode", "sync") == "sync"
         for i, (port, manifests) in enumerate(zip(ports, servers, strict=True)):
-            db.pods.append(Pod(db, f"{name}-{i}", port, self.root / f"{name}-{i}", manifests))
+            # what the operator's leader role annotates each server with; the first one is told to initialise the
+            # database (a new SampleDB)
+            annotations = {"servers": ",".join(names), "synchronous-standby-names": "ANY 1 (*)" if sync else ""}
+            if i == 0:
+                annotations["bootstrap"] = "initdb"
+            db.pods.append(Pod(db, names[i], port, self.root / names[i], manifests, annotations=annotations))
         db.jobs = jobs
         return db
 

@@ -311,6 +311,21 @@ def node(tmp_path: Path, pg_user: str) -> Iterator[Callable[[Path], Loopback]]:
         n.close()
 
 
+def _cmdlines(pod: Pod) -> str:
+    """Every command line of the container's processes."""
+    init = pod.init_pid()
+    out, todo = [], [init]
+    while todo:
+        pid = todo.pop()
+        try:
+            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return "\n".join(out)
+
+
 def streaming(primary, replica_name: str) -> bool:
     return primary.sql("SELECT application_name || ':' || state FROM pg_stat_replication") == f"{replica_name}:streaming"
 
@@ -343,9 +358,16 @@ def test_primary_and_streaming_replica_as_the_statefulset_runs_them(node, major:
     wait_for("the replica to stream", lambda: streaming(primary, "db-1"), timeout=30)
     assert replica.sql("SELECT pg_is_in_recovery()") == "t"
     assert (replica.pgdata / "standby.signal").exists()
-    assert "user=replicator password=" in (replica.pgdata / "postgresql.auto.conf").read_text()
+    # no password in the configuration, the command line or the clone: libpq reads a password file
+    conninfo = replica.sql("SHOW primary_conninfo")
+    assert "password" not in conninfo and "password" not in (replica.pgdata / "postgresql.auto.conf").read_text()
+    assert db.secrets["replication-password"] not in _cmdlines(replica)
     # it gives up on a primary's address that does not answer after 3 s, and tries again (wal_retrieve_retry_interval)
-    assert re.search(r"(^|\s)tcp_user_timeout=3000(\s|$)", replica.sql("SHOW primary_conninfo"))
+    assert re.search(r"(^|\s)tcp_user_timeout=3000(\s|$)", conninfo)
+    # and streams through its own replication slot on the primary
+    assert replica.sql("SHOW primary_slot_name") == "sdb_db_1"
+    wait_for("the slot in use", lambda: primary.sql(
+        "SELECT slot_name || ':' || active FROM pg_replication_slots") == "sdb_db_1:true", timeout=30)
     primary.sql("INSERT INTO t VALUES (3)")
     wait_for("the row on the replica", lambda: replica.sql("SELECT count(*) FROM t") == "3", timeout=30)
     assert primary.probe("livenessProbe") == 0 and replica.probe("livenessProbe") == 0
@@ -392,10 +414,10 @@ def test_in_sync_mode_a_commit_is_acknowledged_once_a_replica_has_it(node) -> No
     assert primary.sql("SELECT sync_state FROM pg_stat_replication") == "quorum"
 
 
-def test_failover_promotes_the_relabelled_replica_and_clones_the_old_primary_from_it(node) -> None:
+def test_failover_promotes_the_relabelled_replica_and_the_old_primary_rejoins_by_rewind(node) -> None:
     """The leader role demotes the primary (label replica) and promotes a replica (label primary): the old
-    primary stops by itself, the replica promotes itself, and the old primary, restarted, keeps its data aside
-    and streams from the new primary."""
+    primary stops by itself, the replica promotes itself, and the old primary, restarted, is rewound to the new
+    primary's history (pg_rewind: no clone) and streams from it."""
     db = node(PG15).database("ha", replicas=2, replication={"mode": "async"})  # it writes before the replica starts
     a, b = db.pods
     a.start("primary")
@@ -415,7 +437,8 @@ def test_failover_promotes_the_relabelled_replica_and_clones_the_old_primary_fro
 
     a.start()  # restartPolicy Always; the primary's Service now reaches b
     a.wait_ready()
-    assert (a.volume / "pgdata.former-primary" / "PG_VERSION").exists()
+    assert "rewound: it follows the new primary" in a.log() and "cloning" not in a.log().split("--- start 2")[1]
+    assert not list(a.volume.glob("pgdata.*"))
     assert a.sql("SELECT pg_is_in_recovery()") == "t" and a.sql("SELECT count(*) FROM t") == "2"
     wait_for("a to stream from b", lambda: streaming(b, "ha-0"), timeout=30)
     b.sql("INSERT INTO t VALUES (3)")
@@ -439,7 +462,8 @@ def test_fenced_says_an_old_primary_stopped_only_once_its_server_took_its_last_w
     def fence(old: Pod) -> None:
         old.label("replica")
         done = old.exec([*fenced, "30"])
-        assert done.returncode == 0 and "has stopped" in done.stdout, done
+        # it says where the server stopped: its shutdown checkpoint, which the promoted server must have received
+        assert done.returncode == 0 and re.fullmatch(r"stopped=[0-9A-F]+/[0-9A-F]+\n", done.stdout), done
         assert old.psql("SELECT 1").returncode != 0, "fenced.sh said stopped while the server took connections"
         assert old.proc is not None and old.proc.wait(30) == 0
 
@@ -490,12 +514,15 @@ def test_a_primary_whose_server_does_not_stop_for_its_replica_label_ends_its_con
 
 
 def test_a_replica_that_can_no_longer_catch_up_clones_the_primary_again(node) -> None:
-    """There is no WAL archive and no replication slot: a replica that was down while the primary recycled the
-    WAL it needs cannot stream again. It notices (not streaming, and the primary no longer has the segment it
-    must go on from), stops, keeps its data aside, and the restarted container clones the primary afresh."""
+    """Without a replication slot (or with one that lost its WAL to max_slot_wal_keep_size) and without a WAL archive,
+    a replica that was down while the primary recycled the WAL it needs cannot stream again. It notices (not
+    streaming, and the primary no longer has the segment it must go on from), stops, keeps its data aside, and the
+    restarted container clones the primary afresh; the copy is removed once it streams again."""
     db = node(PG15).database("lag", replicas=2, replication={"mode": "async"},
                              parameters={"wal_keep_size": "0", "min_wal_size": "32MB", "max_wal_size": "32MB"})
     primary, replica = db.pods
+    for pod in db.pods:
+        pod.annotations.pop("servers")  # no slots
     primary.start("primary")
     primary.wait_ready()
     primary.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (0)")
@@ -515,9 +542,40 @@ def test_a_replica_that_can_no_longer_catch_up_clones_the_primary_again(node) ->
     assert "the primary no longer has the WAL this replica needs to catch up" in replica.log(), replica.log()
     replica.start()
     replica.wait_ready()
-    assert (replica.volume / "pgdata.stale" / "PG_VERSION").exists()
+    assert "keeping" in replica.log() and "pgdata.stale" in replica.log()
     wait_for("the replica to stream again", lambda: streaming(primary, "lag-1"), timeout=60)
     assert replica.sql("SELECT count(*) FROM t") == primary.sql("SELECT count(*) FROM t") == "600001"
+    wait_for("the kept-aside copy removed", lambda: not (replica.volume / "pgdata.stale").exists(), timeout=60)
+
+
+def test_a_replica_that_was_down_catches_up_through_its_replication_slot(node) -> None:
+    """The primary keeps a slot for each other server: a replica down while the primary wrote more WAL than
+    wal_keep_size streams again from where it stopped, without a clone; the slot of a server that is gone (no
+    longer among the servers) is dropped."""
+    db = node(PG15).database("slot", replicas=2, replication={"mode": "async"},
+                             parameters={"wal_keep_size": "0", "min_wal_size": "32MB", "max_wal_size": "32MB"})
+    primary, replica = db.pods
+    primary.start("primary")
+    primary.wait_ready()
+    primary.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (0)")
+    replica.start("replica")
+    replica.wait_ready()
+    wait_for("the replica to stream", lambda: streaming(primary, "slot-1"), timeout=30)
+    assert replica.stop() == 0
+    needed = primary.sql("SELECT pg_walfile_name(pg_current_wal_lsn())")
+    for _ in range(6):
+        primary.sql("INSERT INTO t SELECT generate_series(1, 100000); SELECT pg_switch_wal(); CHECKPOINT")
+    assert primary.sql("SELECT min(name) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'") <= needed
+    replica.start()
+    replica.wait_ready()
+    wait_for("the replica to stream again", lambda: streaming(primary, "slot-1"), timeout=60)
+    wait_for("it caught up", lambda: replica.sql("SELECT count(*) FROM t") == "600001", timeout=60)
+    assert "cloning" not in replica.log().split("--- start 2")[1]
+
+    replica.stop()
+    primary.annotate(servers="slot-0")  # scaled down to one server
+    wait_for("the gone server's slot dropped", lambda: primary.sql("SELECT count(*) FROM pg_replication_slots") == "0",
+             timeout=30)
 
 
 def test_the_server_says_so_when_its_volume_is_not_writable(node) -> None:
@@ -588,3 +646,134 @@ def test_jobs_bootstrap_back_up_and_restore_into_a_new_database_whose_replica_cl
     replica.wait_ready()
     wait_for("the replica of the restored database to stream", lambda: streaming(primary, "copy-1"), timeout=30)
     assert replica.sql("SELECT count(*) FROM orders", db="app") == "500"
+
+
+def _state(pod: Pod) -> dict[str, str]:
+    """What state.sh (the operator's exec) says of the server."""
+    out = pod.exec(["/bin/bash", "/etc/sampledb/state.sh"])
+    assert out.returncode == 0, out
+    return dict(kv.split("=", 1) for kv in out.stdout.split())
+
+
+def test_an_empty_volume_under_a_primary_is_never_initialised_without_the_operators_word(node) -> None:
+    """The operator asks for initdb only for a new database (bootstrap annotation). A server labelled primary on an
+    empty volume of an initialised database (a lost volume, a new PVC) waits, not Ready, and clones the primary
+    once it is relabelled replica; it never serves as an empty primary."""
+    db = node(PG15).database("empty", replicas=2, replication={"mode": "async"})
+    a, b = db.pods
+    a.start("primary")
+    a.wait_ready()
+    a.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+    b.annotations.pop("bootstrap", None)
+    b.start("primary")  # the operator's mistake, or a stale label: it must not initialise
+    time.sleep(4)
+    assert not b.exited() and b.probe("readinessProbe") != 0
+    assert not (b.volume / "pgdata").exists()
+    assert "has not asked for a new one" in b.log()
+    state = _state(b)
+    assert (state["data"], state["running"]) == ("no", "no"), state
+    b.label("replica")
+    b.wait_ready()
+    assert b.sql("SELECT count(*) FROM t") == "1" and b.sql("SELECT pg_is_in_recovery()") == "t"
+
+
+def test_data_of_another_major_is_set_aside_only_during_an_upgrade_and_taken_back_on_rollback(node) -> None:
+    """A server of major 18 on a volume of major 15 does not start unless a major upgrade from 15 is under way
+    (upgrade-from): then the 15 data is kept aside and the server starts afresh; a rollback (upgrade-rollback) makes a
+    server of major 15 take its data back."""
+    old = node(PG15).database("mv", replicas=1)
+    a = old.pods[0]
+    a.start("primary")
+    a.wait_ready()
+    a.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (15)")
+    assert a.stop() == 0
+    new = node(pg18_bin()).database("mv", replicas=1, version="18.6")
+    b = new.pods[0]
+    b.root = a.root  # the same volume under the new version's server
+    b.annotations = {k: v for k, v in a.annotations.items() if k != "bootstrap"}
+    b.start("primary")
+    time.sleep(4)
+    assert not b.exited() and b.probe("readinessProbe") != 0
+    assert "no upgrade from 15 is under way" in b.log()
+    assert (b.volume / "pgdata" / "PG_VERSION").read_text().strip() == "15"
+    b.annotate(upgrade_from="15")
+    b.wait_ready()
+    assert b.sql("SHOW server_version_num").startswith("18")
+    assert (b.volume / "pgdata.v15" / "PG_VERSION").exists()
+    b.sql("CREATE TABLE loaded (x int)")
+    assert b.stop() == 0
+    # rolled back: the 15 server takes its data back, the 18 data is kept aside
+    a.start(upgrade_from=None, upgrade_rollback="15")
+    a.wait_ready()
+    assert a.sql("SELECT x FROM t") == "15"
+    assert (a.volume / "pgdata.failed-v18" / "PG_VERSION").read_text().strip() == "18"
+
+
+def test_the_fence_keeps_every_client_but_the_superuser_and_the_replicas_out_until_it_is_lifted(node) -> None:
+    """The fence annotation (a major upgrade's dump, the final backup): the application's open session is ended and
+    it cannot log in again, whatever it sets in its session; the superuser can; only then does the server say so
+    (sampledb.fence, which the dump Jobs wait for); lifting it lets the application in again. No restart."""
+    db = node(PG15).database("fence", replicas=1)
+    a = db.pods[0]
+    a.start("primary")
+    a.wait_ready()
+    a.sql("CREATE ROLE app LOGIN PASSWORD 'app pw'")
+    a.sql("CREATE DATABASE app OWNER app")
+    session = a.psql("SELECT pg_sleep(60)", db="app", user="app", password="app pw", background=True)
+    wait_for("the app's session", lambda: a.sql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'app'") == "1")
+    pid = a.init_pid()
+    a.annotate(fence="final-backup")
+    wait_for("the server to say it is fenced",
+             lambda: a.sql("SELECT current_setting('sampledb.fence', true)") == "final-backup", timeout=30)
+    assert session.wait(10) != 0
+    refused = a.psql("SET default_transaction_read_only = off; SELECT 1", db="app", user="app", password="app pw")
+    assert refused.returncode != 0 and "pg_hba.conf rejects connection" in refused.stderr, refused.stderr
+    assert a.sql("SELECT 1") == "1"  # the superuser (the operator's Jobs)
+    a.annotate(fence=None)
+    wait_for("the application let in again", lambda: a.psql("SELECT 1", db="app", user="app",
+                                                             password="app pw").returncode == 0, timeout=30)
+    assert a.sql("SELECT current_setting('sampledb.fence', true)") in ("", None)
+    assert a.init_pid() == pid, "the server was restarted"
+
+
+def test_synchronous_standby_names_and_a_reloadable_setting_change_without_a_restart(node) -> None:
+    """The primary's synchronous_standby_names follows its annotation, and a changed postgresql.conf (the ConfigMap,
+    as the kubelet updates it) is reloaded: no restart, and a commit no longer waits once sync is off."""
+    db = node(PG15).database("sync", replicas=2)
+    a, b = db.pods
+    a.start("primary")
+    a.wait_ready()
+    assert a.sql("SHOW synchronous_standby_names") == "ANY 1 (*)"
+    pid = a.init_pid()
+    a.annotate(synchronous_standby_names="")  # scaled down to one server: nothing to wait for
+    wait_for("the setting to follow", lambda: a.sql("SHOW synchronous_standby_names") == "", timeout=30)
+    assert a.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (1); SELECT count(*) FROM t") == "1"
+    conf = a.conf / "postgresql.conf"
+    conf.write_text(conf.read_text() + "work_mem = '7MB'\n")
+    wait_for("the new work_mem", lambda: a.sql("SHOW work_mem") == "7MB", timeout=30)
+    assert a.init_pid() == pid
+
+
+def test_state_and_history_say_what_each_server_holds_and_when_it_could_take_writes(node) -> None:
+    """state.sh (the operator's exec) reports the data, system identifier, timeline and WAL position of a server,
+    running or stopped; sampledb-history.log on the volume records each time the server could take writes and each
+    time it stopped."""
+    db = node(PG15).database("st", replicas=2, replication={"mode": "async"})
+    a, b = db.pods
+    a.start("primary")
+    a.wait_ready()
+    b.start("replica")
+    b.wait_ready()
+    wait_for("b to stream", lambda: streaming(a, "st-1"), timeout=30)
+    sa, sb = _state(a), _state(b)
+    assert (sa["role"], sa["running"], sa["recovery"], sa["data"], sa["standby"]) == ("primary", "yes", "no", "yes", "no")
+    assert (sb["recovery"], sb["streaming"], sb["fenced"]) == ("yes", "yes", "yes")
+    assert sa["sysid"] == sb["sysid"] != "" and sa["timeline"] == sb["timeline"] == "1"
+    assert b.stop() == 0
+    stopped = _state(b)
+    assert (stopped["running"], stopped["sysid"], stopped["data"]) == ("no", sa["sysid"], "yes")
+    assert re.fullmatch(r"[0-9A-F]+/[0-9A-F]+", stopped["lsn"])
+    a.label("replica")
+    assert a.proc is not None and a.proc.wait(30) == 0
+    events = [line.split()[1:] for line in (a.volume / "sampledb-history.log").read_text().splitlines()]
+    assert events == [["st-0", "writable"], ["st-0", "stopped"]], events

@@ -1,19 +1,25 @@
 #!/bin/bash
-# Runs one SampleDB server, as the image's postgres user (the pod's securityContext; never root). Whether it is
-# the primary or a streaming replica comes from its own pod label sampledb.example.com/role (the operator's
-# leader role sets it; /etc/podinfo/labels is a downward API volume, refreshed while the pod runs):
-#   - a new primary is initialised (initdb, then the replication role); a new replica is cloned from the
-#     primary's Service (pg_basebackup -R: standby.signal, and primary_conninfo with the replication password);
-#   - a replica relabelled "primary" promotes itself (pg_ctl promote);
-#   - a primary relabelled "replica" (another server is to be promoted) stops and leaves the fence's mark
-#     (role.sh; fenced.sh reads it); when the container starts again its data, which may have diverged, is kept
-#     aside in $PGDATA.former-primary and it is cloned from the new primary;
-#   - a replica that can no longer catch up (its stream is down and the primary has already recycled the WAL it
-#     needs: there is no WAL archive and no replication slot) stops; its data is kept aside in $PGDATA.stale and
-#     the restarted container clones the primary afresh;
-#   - data of an older major version (a major upgrade) is kept aside in $PGDATA.v<major>, and the server starts
-#     afresh: a primary empty (the operator's load Job fills it), a replica as a clone;
+# Runs one SampleDB server, as the image's postgres user (the pod's securityContext; never root). What it is comes
+# from its own pod's label and annotations, set by the operator (role.sh):
+#   - labelled primary: an empty volume is initialised only when the operator says so (bootstrap annotation, or a
+#     major upgrade's new server), else the server waits: an initialised database never gets an empty primary;
+#   - labelled replica: an empty volume is cloned from the primary's Service; a volume that was a primary's is
+#     rewound to the new primary's history (pg_rewind) and follows it, or, if that fails, kept aside
+#     ($PGDATA.former-primary) and cloned;
+#   - a replica relabelled primary promotes itself (pg_ctl promote); a primary relabelled replica stops (fast
+#     shutdown sends its replicas every WAL record it wrote) and leaves the fence's mark (role.sh), then rejoins as a
+#     replica;
+#   - data of another major version is kept aside ($PGDATA.v<major>) only during a major upgrade from that version,
+#     and taken back when the operator rolls the upgrade back; otherwise the server does not start and says why;
+#   - a replica that can no longer catch up (its stream is down and the primary has recycled the WAL it needs) stops;
+#     its data is kept aside ($PGDATA.stale) and the restarted container clones the primary afresh; kept-aside copies
+#     are removed once the replica streams again;
+#   - the primary keeps a replication slot for each other server (a replica that was down catches up);
+#   - synchronous_standby_names and the fence (only the superuser and the replicas may connect: a major upgrade's dump,
+#     the final backup) follow the annotations without a restart, and so do changes of the configuration files;
 #   - SIGTERM or SIGINT (the pod is deleted) stops the server in fast mode: open sessions do not hold it up.
+# Every time this server starts taking writes and every time its server stops, a line goes to sampledb-history.log on
+# its volume: the server's own record of when it could have taken writes.
 # bash is PID 1 of the container: every long step runs in the background and is waited for, so that a signal is
 # handled at once (a trap waits for a foreground command to finish; PID 1 without a trap ignores SIGTERM).
 set -euo pipefail
@@ -22,12 +28,9 @@ POSTGRES_USER=${POSTGRES_USER:-postgres}
 REPLICATION_USER=${REPLICATION_USER:-replicator}
 PRIMARY_PORT=${PRIMARY_PORT:-${PGPORT:-5432}}
 CONF=${CONF_DIR:-/etc/sampledb}
-SERVER_OPTS=(-c "config_file=$CONF/postgresql.conf" -c "hba_file=$CONF/pg_hba.conf")
-# the pod's name in process titles and in the primary's pg_stat_replication.application_name
-[ -z "${POD_NAME:-}" ] || SERVER_OPTS+=(-c "cluster_name=$POD_NAME")
+ME=${POD_NAME:-$HOSTNAME}
 
 log() { echo "sampledb: $*" >&2; }
-die() { log "$*"; exit 1; }
 
 server="" child="" stopping=0
 on_stop() {
@@ -55,105 +58,219 @@ run() {
   return "$rc"
 }
 
-. "$(dirname "${BASH_SOURCE[0]}")/role.sh"  # role, locked, the fence's mark
+. "$(dirname "${BASH_SOURCE[0]}")/role.sh"  # role, annotations, the fence's mark
 major() { postgres --version | sed -E 's/^[^0-9]*([0-9]+).*$/\1/'; }
-keep_aside() {  # keep_aside SUFFIX WHY: moves $PGDATA to $PGDATA.SUFFIX (replacing an earlier one)
-  writable_volume
-  log "$2: keeping $PGDATA as $PGDATA.$1"
-  rm -rf "${PGDATA:?}.$1"
-  mv "$PGDATA" "$PGDATA.$1"
-}
-
-# Wait for the operator to say what this server is.
-for ((i = 0; i < ${LABEL_WAIT_SECONDS:-300}; i++)); do [ -n "$(role)" ] && break; run sleep 1; done
-[ -n "$(role)" ] || die "no sampledb.example.com/role label in $LABELS after ${LABEL_WAIT_SECONDS:-300}s: is the operator running?"
-
-# PGDATA is a directory of this server's user, mode 0700, as PostgreSQL requires; it (and the temporary ones beside
-# it) are created in the data volume by this user, so the volume must be writable by it to create or replace it.
 volume=$(dirname "$PGDATA")
-if [ -e "$PGDATA" ]; then
-  [ -O "$PGDATA" ] || die "the data directory $PGDATA belongs to uid $(stat -c %u "$PGDATA"), not to this server's uid $(id -u)"
-  chmod 0700 "$PGDATA"  # an fsGroup change of the volume makes it group-writable, which the server refuses
-fi
+history() { printf '%s %s %s\n' "$(date +%s.%N)" "$ME" "$1" >>"$volume/sampledb-history.log" 2>/dev/null || true; }
+
+# While waiting (for a label, a primary, an instruction), say why once, not every second.
+waiting=""
+wait_note() { [ "$1" = "$waiting" ] || log "$1"; waiting=$1; }
+
 writable_volume() {
   if [ ! -w "$volume" ] || [ ! -x "$volume" ]; then
-    die "the data volume $volume (mode $(stat -c %a "$volume"), owner $(stat -c %u:%g "$volume")) is not writable by uid $(id -u) (gid $(id -g), groups $(id -G)), so $PGDATA cannot be created or replaced: give the pod's securityContext an fsGroup the volume honours, or a volume created writable (local-path: mode 0777)"
+    log "the data volume $volume (mode $(stat -c %a "$volume"), owner $(stat -c %u:%g "$volume")) is not writable by uid $(id -u) (gid $(id -g), groups $(id -G)), so $PGDATA cannot be created or replaced: give the pod's securityContext an fsGroup the volume honours, or a volume created writable (local-path: mode 0777)"
+    exit 1
+  fi
+}
+keep_aside() {  # keep_aside SUFFIX WHY: moves $PGDATA to $PGDATA.SUFFIX (an earlier copy of that kind is kept too)
+  writable_volume
+  local dest="$PGDATA.$1" n=1
+  while [ -e "$dest" ]; do dest="$PGDATA.$1.$((n++))"; done
+  log "$2: keeping $PGDATA as $dest"
+  mv "$PGDATA" "$dest" || { log "could not move $PGDATA to $dest"; return 1; }
+}
+if [ -e "$PGDATA" ]; then
+  [ -O "$PGDATA" ] || { log "the data directory $PGDATA belongs to uid $(stat -c %u "$PGDATA"), not to this server's uid $(id -u)"; exit 1; }
+  chmod 0700 "$PGDATA"  # an fsGroup change of the volume makes it group-writable, which the server refuses
+fi
+
+# Passwords reach libpq (the replicas' stream, pg_rewind, pg_basebackup, the checks below) through a password file in
+# the run directory, never through a command line or postgresql.auto.conf.
+pgpass_field() { printf '%s' "$1" | sed 's/[\\:]/\\&/g'; }
+(umask 077 && printf '*:*:*:%s:%s\n*:*:*:%s:%s\n' "$(pgpass_field "$REPLICATION_USER")" "$(pgpass_field "$REPLICATION_PASSWORD")" \
+  "$(pgpass_field "$POSTGRES_USER")" "$(pgpass_field "$POSTGRES_PASSWORD")" >"$RUN_DIR/.pgpass")
+export PGPASSFILE="$RUN_DIR/.pgpass"
+primary_ready() { pg_isready -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -t 3; }
+slot_of() { printf 'sdb_%s' "${1//-/_}"; }
+
+# What this server is started with: the ConfigMap's files, and what the annotations add (runtime.conf, the pg_hba.conf
+# in force), both in the run directory.
+fence_swept=""  # the fence whose clients have been disconnected (then the server says so: sampledb.fence)
+write_runtime() {
+  local sync fence
+  sync=$(annotation synchronous-standby-names)
+  fence=$(annotation fence)
+  {
+    printf "include '%s'\n" "$CONF/postgresql.conf"
+    if [ -n "$sync" ] || [ -n "$(annotation servers)" ]; then printf "synchronous_standby_names = '%s'\n" "${sync//\'/\'\'}"; fi
+    [ -z "$fence_swept" ] || printf "sampledb.fence = '%s'\n" "$fence_swept"
+  } >"$RUN_DIR/runtime.conf.new"
+  if [ -z "$fence" ]; then
+    cp "$CONF/pg_hba.conf" "$RUN_DIR/pg_hba.conf.new"
+  else
+    printf '%s\n' "# fenced ($fence): only the superuser and the replicas connect" \
+      "local all $POSTGRES_USER scram-sha-256" "host all $POSTGRES_USER all scram-sha-256" \
+      "host replication $REPLICATION_USER all scram-sha-256" "local all all reject" "host all all all reject" \
+      >"$RUN_DIR/pg_hba.conf.new"
+  fi
+  local changed=1
+  if cmp -s "$RUN_DIR/runtime.conf.new" "$RUN_DIR/runtime.conf" && cmp -s "$RUN_DIR/pg_hba.conf.new" "$RUN_DIR/pg_hba.conf"; then
+    changed=0
+  fi
+  mv "$RUN_DIR/runtime.conf.new" "$RUN_DIR/runtime.conf"
+  mv "$RUN_DIR/pg_hba.conf.new" "$RUN_DIR/pg_hba.conf"
+  return $((1 - changed))
+}
+SERVER_OPTS=(-c "config_file=$RUN_DIR/runtime.conf" -c "hba_file=$RUN_DIR/pg_hba.conf" -c "cluster_name=$ME")
+
+# initdb, on the operator's instruction only (a new database, or a major upgrade's new server).
+initialise() {
+  writable_volume
+  local new="$PGDATA.new"
+  rm -rf "$new"
+  log "initialising a new database"
+  run initdb -D "$new" --username="$POSTGRES_USER" --pwfile=<(printf '%s\n' "$POSTGRES_PASSWORD") --auth=scram-sha-256 ||
+    { log "initdb failed"; return 1; }
+  # The replication role, with the server reachable only on its socket (not Ready meanwhile: the probes use TCP). Its
+  # password reaches psql from the environment (\getenv), never a command line, and the statement is not logged.
+  run pg_ctl -D "$new" -w -o "-c config_file=$CONF/postgresql.conf -c hba_file=$CONF/pg_hba.conf -c listen_addresses='' -c synchronous_standby_names=''" start ||
+    { log "the new database did not start"; return 1; }
+  if ! PGPASSWORD="$POSTGRES_PASSWORD" run psql -X -w -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres \
+      -v user="$REPLICATION_USER" <<'SQL'
+\getenv pass REPLICATION_PASSWORD
+SET log_statement = 'none';
+SET log_min_duration_statement = -1;
+SELECT format('CREATE ROLE %I WITH REPLICATION LOGIN PASSWORD %L', :'user', :'pass') \gexec
+SQL
+  then
+    run pg_ctl -D "$new" -w -m immediate stop || true
+    log "the replication role could not be created"
+    return 1
+  fi
+  run pg_ctl -D "$new" -w -m fast stop || return 1
+  if [ -e "$PGDATA" ]; then keep_aside incomplete "there is no PG_VERSION in it" || return 1; fi
+  mv "$new" "$PGDATA"
+}
+
+# A new replica: a copy of the primary, built beside PGDATA and renamed when complete (an interrupted clone is never
+# taken for data).
+clone() {
+  primary_ready || { wait_note "waiting for the primary at $PRIMARY_HOST:$PRIMARY_PORT to clone it"; return 1; }
+  writable_volume
+  local new="$PGDATA.new"
+  rm -rf "$new"
+  log "cloning the primary at $PRIMARY_HOST:$PRIMARY_PORT"
+  if ! run pg_basebackup -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -U "$REPLICATION_USER" -w -D "$new" -X stream --checkpoint=fast; then
+    rm -rf "$new"
+    wait_note "the clone of $PRIMARY_HOST:$PRIMARY_PORT failed; trying again"
+    return 1
+  fi
+  : >"$new/standby.signal"
+  if [ -e "$PGDATA" ]; then keep_aside incomplete "there is no PG_VERSION in it" || return 1; fi
+  mv "$new" "$PGDATA"
+}
+
+# A former primary, now a replica: rewound to the new primary's history (only what it wrote after the two diverged is
+# undone; after a clean switchover there is nothing to undo), else kept aside and cloned.
+rejoin() {
+  primary_ready || { wait_note "waiting for the primary at $PRIMARY_HOST:$PRIMARY_PORT to rejoin it"; return 1; }
+  log "this server was a primary and is now a replica: rewinding it to the new primary (pg_rewind)"
+  if run pg_rewind --target-pgdata="$PGDATA" --progress \
+      --source-server="host=$PRIMARY_HOST port=$PRIMARY_PORT user=$POSTGRES_USER dbname=postgres connect_timeout=10"; then
+    : >"$PGDATA/standby.signal"
+    history rewound
+    log "rewound: it follows the new primary"
+  else
+    keep_aside former-primary "pg_rewind failed (its data may have diverged)" || return 1
   fi
 }
 
-upgraded_from=""
-if [ -s "$PGDATA/PG_VERSION" ] && [ "$(cat "$PGDATA/PG_VERSION")" != "$(major)" ]; then
-  upgraded_from=$(cat "$PGDATA/PG_VERSION")
-  keep_aside "v$upgraded_from" "the data is PostgreSQL $upgraded_from and this is PostgreSQL $(major)"
-fi
-if [ -s "$PGDATA/PG_VERSION" ] && [ "$(role)" = replica ] && [ ! -f "$PGDATA/standby.signal" ]; then
-  keep_aside former-primary "this server was a primary and is now a replica (its data may have diverged)"
-fi
-if [ -f "$PGDATA.reclone" ]; then
-  [ ! -e "$PGDATA" ] || keep_aside stale "this replica fell behind what the primary keeps"
-  rm -f "$PGDATA.reclone"
-fi
-
-if [ ! -s "$PGDATA/PG_VERSION" ]; then
-  # Built beside PGDATA and renamed when complete: an interrupted initdb or clone is never taken for data.
-  writable_volume
-  new="$PGDATA.new"
-  rm -rf "$new"
-  if [ "$(role)" = primary ]; then
-    log "initialising a new database"
-    run initdb -D "$new" --username="$POSTGRES_USER" --pwfile=<(printf '%s\n' "$POSTGRES_PASSWORD") --auth=scram-sha-256
-    # The replication role, with the server reachable only on its socket (not Ready meanwhile: the probes use TCP).
-    run pg_ctl -D "$new" -w -o "-c config_file=$CONF/postgresql.conf -c hba_file=$CONF/pg_hba.conf -c listen_addresses='' -c synchronous_standby_names=''" start
-    bootstrap_sql() { PGPASSWORD="$POSTGRES_PASSWORD" run psql -X -w -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres "$@"; }
-    bootstrap_sql -v user="$REPLICATION_USER" -v pass="$REPLICATION_PASSWORD" \
-      <<<"SELECT format('CREATE ROLE %I WITH REPLICATION LOGIN PASSWORD %L', :'user', :'pass') \gexec"
-    if [ -n "$upgraded_from" ]; then
-      # A major upgrade: this empty server must take no writes before the operator's load Job has filled it
-      # (the load would drop them); restore.sh lifts this when the load is complete.
-      log "read-only until the data of PostgreSQL $upgraded_from is loaded"
-      bootstrap_sql -c "ALTER SYSTEM SET default_transaction_read_only = on"
+# Whether the data in PGDATA may be started as this server's label says; sets start_as. Returns 1 to wait and look
+# again (every decision is taken anew: the label or the annotations may change meanwhile).
+prepare() {
+  local r from
+  r=$(role)
+  [ -n "$r" ] || { wait_note "waiting for the operator's sampledb.example.com/role label"; return 1; }
+  if [ -s "$PGDATA/PG_VERSION" ] && [ "$(cat "$PGDATA/PG_VERSION")" != "$(major)" ]; then
+    from=$(cat "$PGDATA/PG_VERSION")
+    if [ "$(annotation upgrade-from)" = "$from" ]; then
+      keep_aside "v$from" "a major upgrade from PostgreSQL $from to $(major)" || return 1
+    elif [ "$(annotation upgrade-rollback)" = "$(major)" ] && [ -s "$PGDATA.v$(major)/PG_VERSION" ]; then
+      keep_aside "failed-v$from" "the upgrade to PostgreSQL $from is rolled back" || return 1
+      log "taking back the PostgreSQL $(major) data kept aside before the upgrade"
+      mv "$PGDATA.v$(major)" "$PGDATA" || return 1
+    else
+      wait_note "the data in $PGDATA is PostgreSQL $from and this server is PostgreSQL $(major), and no upgrade from $from is under way: not starting (set spec.version back to the version of the data)"
+      return 1
     fi
-    run pg_ctl -D "$new" -w -m fast stop
-  else
-    log "waiting for the primary at $PRIMARY_HOST:$PRIMARY_PORT"
-    for ((i = 0; i < ${PRIMARY_WAIT_SECONDS:-600}; i += 2)); do
-      pg_isready -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" && break
-      run sleep 2
-    done
-    pg_isready -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" ||
-      die "no primary accepting connections at $PRIMARY_HOST:$PRIMARY_PORT after ${PRIMARY_WAIT_SECONDS:-600}s: nothing to clone"
-    log "cloning the primary at $PRIMARY_HOST:$PRIMARY_PORT"
-    PGPASSWORD="$REPLICATION_PASSWORD" run pg_basebackup -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -U "$REPLICATION_USER" -w \
-      -D "$new" -R -X stream --checkpoint=fast
   fi
-  if [ -e "$PGDATA" ]; then keep_aside incomplete "there is no PG_VERSION in it"; fi
-  mv "$new" "$PGDATA"
-fi
+  if [ -f "$PGDATA.reclone" ]; then
+    if [ -e "$PGDATA" ]; then keep_aside stale "this replica fell behind what the primary keeps" || return 1; fi
+    rm -f "$PGDATA.reclone"
+  fi
+  if [ -s "$PGDATA/PG_VERSION" ] && [ "$r" = replica ] && [ ! -f "$PGDATA/standby.signal" ]; then
+    rejoin || return 1
+  fi
+  if [ ! -s "$PGDATA/PG_VERSION" ]; then
+    if [ "$r" = primary ]; then
+      if [ "$(annotation bootstrap)" = initdb ] || [ -n "$(annotation upgrade-from)" ]; then
+        initialise
+      else
+        wait_note "the data volume holds no database and the operator has not asked for a new one: this server does not start as an empty primary (the operator promotes a server that has the data; this one then clones it)"
+        return 1
+      fi
+    else
+      clone || return 1
+    fi
+  fi
+  start_as=$r
+  return 0
+}
 
-# A replica's connection to the primary gives up on an address that does not answer: right after a change of
-# primary, the Service may still send its first attempt to the pod that just went, and a SYN to an address that
-# is gone waits for TCP's own give-up (30-70 s measured, during which a synchronous primary acknowledges
-# nothing). The walreceiver connects asynchronously, so libpq's connect_timeout does not apply: TCP_USER_TIMEOUT
-# does (the connect fails at the SYN's second retransmission, 3 s, and is tried again). pg_basebackup -R writes
-# primary_conninfo without it; replicas cloned before this get it too.
-auto_conf="$PGDATA/postgresql.auto.conf"
-if [ -f "$PGDATA/standby.signal" ] && [ -f "$auto_conf" ] && ! grep -q "^primary_conninfo = '.*tcp_user_timeout=" "$auto_conf"; then
-  sed -i "s/^primary_conninfo = '/primary_conninfo = 'tcp_user_timeout=${REPLICA_TCP_USER_TIMEOUT_MS:-3000} /" "$auto_conf"
-fi
+# Under the lock: the label still says what prepare() saw. A replica starts as a standby (it takes no writes, and the
+# fence's mark says so); a primary's mark goes before its server starts.
+may_start() {
+  [ "$(role)" = "$start_as" ] || return 1
+  if [ "$start_as" = replica ]; then
+    [ -f "$PGDATA/standby.signal" ] || return 1
+    : >"$FENCED"
+  else
+    rm -f "$FENCED"
+  fi
+}
 
-locked unfence_unless_replica
-log "starting as $(role)"
-postgres -D "$PGDATA" "${SERVER_OPTS[@]}" &
+locked mark_if_replica
+start_as=""
+while :; do
+  until prepare; do run sleep 1; done
+  locked may_start && break
+done
+waiting=""
+
+# (written by pg_basebackup -R or earlier versions of this script, with the password: the command line has it now)
+sed -i '/^primary_conninfo\b/d; /^primary_slot_name\b/d' "$PGDATA/postgresql.auto.conf" 2>/dev/null || true
+write_runtime || true
+opts=("${SERVER_OPTS[@]}")
+if [ "$start_as" = replica ]; then
+  # tcp_user_timeout: right after a change of primary the Service may send the first attempt to the pod that just went,
+  # and a SYN to an address that is gone waits for TCP's own give-up (30-70 s, while a synchronous primary acknowledges
+  # nothing); the walreceiver connects asynchronously, so libpq's connect_timeout does not apply.
+  opts+=(-c "primary_conninfo=host=$PRIMARY_HOST port=$PRIMARY_PORT user=$REPLICATION_USER application_name=$ME tcp_user_timeout=${REPLICA_TCP_USER_TIMEOUT_MS:-3000}")
+  [[ ",$(annotation servers)," != *",$ME,"* ]] || opts+=(-c "primary_slot_name=$(slot_of "$ME")")
+else
+  history writable
+fi
+log "starting as $start_as"
+postgres -D "$PGDATA" "${opts[@]}" &
 server=$!
 
-# Whether this replica can still catch up: it is not streaming, and the primary no longer has the WAL segment of
-# the position it must go on from (the primary compares the segment numbers; the timelines may differ). Any
-# error (the primary is down, a server is starting) counts as "it can".
-# (short timeouts: the loop that follows the label waits for these)
-check_sql() {
-  PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=3 PGOPTIONS="-c statement_timeout=3000" \
-    psql -X -w -A -t -q -U "$POSTGRES_USER" -d postgres "$@" 2>/dev/null
+check_sql() {  # (short timeouts: the loop that follows the label waits for these)
+  PGCONNECT_TIMEOUT=3 PGOPTIONS="-c statement_timeout=3000" psql -X -w -A -t -q -U "$POSTGRES_USER" -d postgres "$@" 2>/dev/null
 }
+# Whether this replica can still catch up: it is not streaming, and the primary no longer has the WAL segment of the
+# position it must go on from (the primary compares the segment numbers; the timelines may differ). Any error (the
+# primary is down, a server is starting) counts as "it can".
 fell_behind() {
   local needed
   needed=$(check_sql -c "select case when exists (select from pg_stat_wal_receiver where status = 'streaming')
@@ -164,26 +281,89 @@ select substr(pg_walfile_name(:'needed'::pg_lsn + 1), 9) < min(substr(name, 9)) 
 SQL
   )" = t ]
 }
-behind_checks=0 loops=0 fencing=0
+# On the primary: a replication slot for each other server, none for servers that are gone (or slots that lost their
+# WAL: max_slot_wal_keep_size), so a replica that was down catches up from where it was.
+keep_slots() {
+  local servers wanted="" s
+  servers=$(annotation servers)
+  [ -n "$servers" ] || return 0
+  for s in ${servers//,/ }; do [ "$s" = "$ME" ] || wanted+="${wanted:+,}$(slot_of "$s")"; done
+  check_sql -v wanted="{$wanted}" >/dev/null <<'SQL' || true
+select pg_drop_replication_slot(slot_name) from pg_replication_slots
+ where slot_type = 'physical' and slot_name like 'sdb\_%' and not active
+   and (not slot_name = any (:'wanted'::text[]) or wal_status = 'lost');
+select pg_create_physical_replication_slot(s, true) from unnest(:'wanted'::text[]) s
+ where not exists (select from pg_replication_slots where slot_name = s);
+SQL
+}
+reload() { pg_ctl -D "$PGDATA" reload >/dev/null 2>&1 || true; }
+# The fence follows its annotation: the clients are kept out (pg_hba.conf) and disconnected, and only then does the
+# server say so (sampledb.fence, which the Jobs that need the fence wait for).
+follow_annotations() {
+  local fence before
+  fence=$(annotation fence)
+  if [ -n "$fence" ] && [ "$fence_swept" != "$fence" ]; then
+    before=$(check_sql -c "select pg_conf_load_time()") || return 0
+    write_runtime || true
+    reload
+    for ((i = 0; i < 25; i++)); do
+      [ "$(check_sql -v before="$before" <<<"select pg_conf_load_time() > :'before'::timestamptz")" = t ] && break
+      sleep 0.2
+    done
+    check_sql -v su="$POSTGRES_USER" >/dev/null <<'SQL' || return 0
+select count(pg_terminate_backend(pid)) from pg_stat_activity
+ where backend_type = 'client backend' and usename <> :'su' and pid <> pg_backend_pid()
+SQL
+    fence_swept=$fence
+    log "fenced ($fence): only the superuser and the replicas connect; every other session was ended"
+  elif [ -z "$fence" ] && [ -n "$fence_swept" ]; then
+    fence_swept=""
+    log "the fence is lifted"
+  fi
+  if write_runtime; then reload; fi
+}
+conf_sum=$(cat "$CONF/postgresql.conf" "$CONF/pg_hba.conf" 2>/dev/null | md5sum || true)
+loops=0 behind_checks=0 fencing=0
 
-# Follow the label while the server runs.
+# Follow the label and the annotations while the server runs.
 while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
   labelled=$(role)
   if [ "$labelled" = primary ] && [ -f "$PGDATA/standby.signal" ] && locked unfence_if_primary; then
     log "relabelled primary: promoting"
+    history writable
     pg_ctl -D "$PGDATA" -w promote &
     wait $! || [ "$stopping" = 1 ] || log "the promotion did not complete; trying again"
+    keep_slots
   elif [ "$labelled" = replica ] && [ ! -f "$PGDATA/standby.signal" ]; then
-    log "relabelled replica while running as a primary: stopping (a restart clones the new primary)"
+    log "relabelled replica while running as a primary: stopping (it rejoins as a replica of the new primary)"
     fencing=1
     on_stop
-  elif [ "$labelled" = replica ] && ((++loops % ${BEHIND_CHECK_LOOPS:-50} == 0)); then
-    # (every BEHIND_CHECK_LOOPS loops, 10 s; stopped only when it is so on BEHIND_CHECKS checks in a row)
-    if fell_behind; then behind_checks=$((behind_checks + 1)); else behind_checks=0; fi
-    if ((behind_checks >= ${BEHIND_CHECKS:-3})); then
-      log "the primary no longer has the WAL this replica needs to catch up: stopping (a restart clones it again)"
-      touch "$PGDATA.reclone"
-      on_stop
+  elif ((++loops % 5 == 0)); then
+    # (each second: the annotations, the configuration files, the slots; each tenth second, whether a replica fell behind)
+    follow_annotations
+    now_sum=$(cat "$CONF/postgresql.conf" "$CONF/pg_hba.conf" 2>/dev/null | md5sum || true)
+    if [ "$now_sum" != "$conf_sum" ]; then
+      conf_sum=$now_sum
+      log "the configuration changed: reloading it"
+      write_runtime || true
+      reload
+    fi
+    if [ ! -f "$PGDATA/standby.signal" ]; then
+      keep_slots
+    elif ((loops % ${BEHIND_CHECK_LOOPS:-50} == 0)); then
+      if fell_behind; then behind_checks=$((behind_checks + 1)); else behind_checks=0; fi
+      if ((behind_checks >= ${BEHIND_CHECKS:-3})); then
+        log "the primary no longer has the WAL this replica needs to catch up: stopping (a restart clones it again)"
+        touch "$PGDATA.reclone"
+        on_stop
+      elif compgen -G "$PGDATA.*" >/dev/null &&
+          [ "$(check_sql -c "select exists (select from pg_stat_wal_receiver where status = 'streaming')")" = t ]; then
+        for old in "$PGDATA".former-primary* "$PGDATA".stale* "$PGDATA".incomplete* "$PGDATA".failed-v*; do
+          [ -e "$old" ] || continue
+          log "streaming again: removing $old"
+          rm -rf "$old"
+        done
+      fi
     fi
   fi
   # (a change of label is part of a switchover's write downtime: look often, it costs one sed)
@@ -191,13 +371,13 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
 done
 # A server told to stop for its replica label that has not stopped within FENCE_STOP_SECONDS (hung, or frozen) is
 # ended with the container: when PID 1 exits, the kernel kills every process of the container, the server's
-# included. The kubelet then shows the container stopped, and the operator promotes another server without
-# having to delete this pod (its fence_timeout_seconds, then the pod's grace period).
+# included. The kubelet then shows the container stopped, and the restarted container starts as a replica.
 # (counted in naps of 0.2 s: $SECONDS counts whole seconds, so a deadline from it comes up to a second early)
 naps=0
 while [ "$fencing" = 1 ] && kill -0 "$server" 2>/dev/null; do
   if ((naps++ >= ${FENCE_STOP_SECONDS:-10} * 5)); then
     log "the server did not stop within ${FENCE_STOP_SECONDS:-10}s of its replica label: ending the container, and every process in it"
+    history stopped
     exit 137
   fi
   run sleep 0.2 || true
@@ -207,9 +387,11 @@ while :; do
   if wait "$server"; then rc=0; else rc=$?; fi
   kill -0 "$server" 2>/dev/null || break
 done
+history stopped
 log "the server exited with status $rc"
 if [ "$fencing" = 1 ]; then
-  : >"$FENCED"
+  # the mark holds where this server stopped: the promoted replica must have received it (its shutdown checkpoint)
+  LC_ALL=C pg_controldata -D "$PGDATA" 2>/dev/null | sed -n 's/^Latest checkpoint location: *//p' >"$FENCED" || : >"$FENCED"
   # (the operator's fenced.sh, started by exec as the label changed, reads the mark in this container: exec into
   # one that has exited fails, and then the operator waits for the kubelet to report it)
   run sleep "${FENCED_LINGER_SECONDS:-3}" || true
