@@ -1,8 +1,8 @@
-"""The operator's one way to the API server: kopf's credentials and one aiohttp session.
+"""The operator's one way to the API server: credentials read by kopf's login functions, and one aiohttp
+session with them.
 
-kopf logs in with what ``load_connection`` finds, and the runtime's own requests (``kube.Kube``), the
-owner-reference proxy and the dependent watches go through an ``ApiSession`` made from the same
-credentials. Both live on the event loop.
+The watches of the primary and dependent kinds (``reflector.py``), the runtime's own requests (``kube.Kube``)
+and the owner-reference proxy all go through the ``ApiSession``, on the event loop.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ ANNOTATION_PREFIX = "ansible.sdk.operatorframework.io"
 RECONCILE_PERIOD_ANNOTATION = f"{ANNOTATION_PREFIX}/reconcile-period"
 MAX_RUNNER_ARTIFACTS_ANNOTATION = f"{ANNOTATION_PREFIX}/max-runner-artifacts"
 VERBOSITY_ANNOTATION = f"{ANNOTATION_PREFIX}/verbosity"
+# Ours, on an owner: the objects its runs created that garbage collection cannot reach (cluster-scoped, or in
+# another namespace), by UID, for the runtime to delete with it.
+RECORDED_DEPENDENTS_ANNOTATION = "playbook-operator.dev/dependents"
 
 
 class ConfigError(Exception):

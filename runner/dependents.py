@@ -10,35 +10,28 @@ object's generation (spec), or of any part of an object without generation; neve
 status-only update, or a write the role itself made (the proxy remembers those). An owner whose watch sets
 ``watchDependentStatusChanges`` (ours) also comes back for any other change of its dependents, their status
 included: a database operator must hear at once that its primary's pod turned unready. A watch that expires
-(410 Gone) is resumed by a relist that compares what it finds with what it remembered, so nothing is
-missed (deleted or changed meanwhile) and nothing is repeated.
+(410 Gone) is resumed by a relist (``reflector.py``) that compares what it finds with what it remembered, so
+nothing is missed (deleted or changed meanwhile) and nothing is repeated.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from .apisession import ApiSession
 from .config import GVK, Watch
 from .proxy import PRIMARY_RESOURCE, PRIMARY_RESOURCE_TYPE, OwnWrites
 from .queue import Key
+from .reflector import Reflector
 
 log = logging.getLogger(__name__)
 
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
-PAGE = 500
-
-
-class Gone(Exception):
-    pass
 
 
 @dataclass
@@ -46,6 +39,7 @@ class _Seen:
     generation: int | None
     resource_version: str
     owners: list[tuple[GVK, Key]]
+    namespace: str = ""
 
 
 @dataclass
@@ -55,18 +49,62 @@ class DependentKind:
     namespaced: bool
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     owned: dict[str, _Seen] = field(default_factory=dict)  # uid → what we last saw (owned objects only)
-    synced: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class DependentScope:
+    """What one dependent watch (a namespace, or the cluster) feeds: lists compared with what was remembered,
+    and events."""
+
+    watcher: DependentWatcher
+    kind: DependentKind
+    namespace: str | None
+    _seen: dict[str, _Seen] = field(default_factory=dict)
+
+    def _mine(self, seen: _Seen) -> bool:
+        return self.namespace is None or seen.namespace == self.namespace
+
+    def relist_begin(self) -> None:
+        self._seen = {}
+
+    def listed(self, item: dict[str, Any]) -> None:
+        """After a 410 or an outage, owners of objects that changed meanwhile come back."""
+        meta = item.get("metadata") or {}
+        owners = self.watcher.owners_of(meta)
+        if not owners:
+            return
+        now = _Seen(meta.get("generation"), meta.get("resourceVersion", ""), owners, meta.get("namespace") or "")
+        self._seen[meta["uid"]] = now
+        before = self.kind.owned.get(meta["uid"])
+        if before is not None and now.resource_version not in self.watcher.own_writes \
+                and (requeued := self.watcher.requeued(before, now)):
+            self.watcher.trigger(self.kind, meta, requeued, "changed while not watched")
+
+    def relist_end(self) -> None:
+        """... and owners of objects that went away meanwhile."""
+        for uid, before in list(self.kind.owned.items()):
+            if self._mine(before) and uid not in self._seen:
+                self.watcher.trigger(self.kind, {"uid": uid}, before.owners, "deleted while not watched")
+                del self.kind.owned[uid]
+        self.kind.owned.update(self._seen)
+        self._seen = {}
+
+    def event(self, etype: str, obj: dict[str, Any]) -> None:
+        self.watcher.event(self.kind, etype, obj.get("metadata") or {})
 
 
 class DependentWatcher:
     def __init__(self, api: ApiSession, watches: list[Watch], namespaces: tuple[str, ...], own_writes: OwnWrites,
-                 enqueue: Callable[[GVK, Key], None]) -> None:
+                 enqueue: Callable[[GVK, Key], None], owner_namespaced: Callable[[GVK], bool]) -> None:
         self.api = api
         self.namespaces = namespaces
         self.own_writes = own_writes
         self.enqueue = enqueue
         # owner kind (group, Kind) → its watch, for ownerReference and annotation matching
         self.owners = {(w.gvk.group, w.gvk.kind): w for w in watches}
+        # whether an owner kind is namespaced: a cluster-scoped owner's key has no namespace, whatever its
+        # dependent's (controller-runtime's EnqueueRequestForOwner asks the RESTMapper the same)
+        self.owner_namespaced = owner_namespaced
         self.kinds: dict[GVK, DependentKind] = {}
         self._stopping = False
         self._background: set[asyncio.Task[None]] = set()
@@ -76,7 +114,7 @@ class DependentWatcher:
         if not owner_watch.watch_dependent_resources or gvk in owner_watch.blacklist:
             return False
         if (gvk.group, gvk.kind) in self.owners:
-            return False  # a primary kind is watched by kopf already
+            return False  # a primary kind is watched as such already
         return namespaced or owner_watch.watch_cluster_scoped_resources
 
     def ensure(self, owner_watch: Watch, gvk: GVK, plural: str, namespaced: bool) -> None:
@@ -86,7 +124,10 @@ class DependentWatcher:
         self.kinds[gvk] = kind
         scopes: list[str | None] = list(self.namespaces) if (self.namespaces and namespaced) else [None]
         for ns in scopes:
-            kind.tasks.append(asyncio.create_task(self._run(kind, ns), name=f"dependents-{gvk.kind}-{ns or 'all'}"))
+            reflector = Reflector(self.api, self._path(kind, ns), DependentScope(self, kind, ns),
+                                  f"{gvk}" + (f" in {ns}" if ns else ""),
+                                  list_accept=METADATA_LIST, watch_accept=METADATA)
+            kind.tasks.append(asyncio.create_task(reflector.run(), name=f"dependents-{gvk.kind}-{ns or 'all'}"))
         log.info("watching %s as a dependent kind", gvk)
 
     def written(self, gvk: GVK, meta: dict[str, Any]) -> None:
@@ -95,11 +136,12 @@ class DependentWatcher:
         kind = self.kinds.get(gvk)
         uid = meta.get("uid")
         if kind is not None and uid and uid not in kind.owned and (owners := self.owners_of(meta)):
-            kind.owned[uid] = _Seen(meta.get("generation"), meta.get("resourceVersion", ""), owners)
+            kind.owned[uid] = _Seen(meta.get("generation"), meta.get("resourceVersion", ""), owners,
+                                    meta.get("namespace") or "")
 
     async def stop(self) -> None:
         self._stopping = True
-        tasks = [t for k in self.kinds.values() for t in k.tasks]
+        tasks = [t for k in self.kinds.values() for t in k.tasks] + list(self._background)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -112,7 +154,8 @@ class DependentWatcher:
             watch = self.owners.get((group, ref.get("kind")))
             if watch is not None:
                 # A namespaced owner lives in its dependent's namespace; a cluster-scoped one has none.
-                found.append((watch.gvk, (meta.get("namespace") or "", ref.get("name", ""))))
+                namespace = (meta.get("namespace") or "") if self.owner_namespaced(watch.gvk) else ""
+                found.append((watch.gvk, (namespace, ref.get("name", ""))))
         ann = meta.get("annotations") or {}
         if PRIMARY_RESOURCE in ann and PRIMARY_RESOURCE_TYPE in ann:
             kind, _, group = ann[PRIMARY_RESOURCE_TYPE].partition(".")
@@ -122,13 +165,13 @@ class DependentWatcher:
                 found.append((watch.gvk, (ns, name)))
         return found
 
-    def _trigger(self, kind: DependentKind, meta: dict[str, Any], owners: list[tuple[GVK, Key]], why: str) -> None:
+    def trigger(self, kind: DependentKind, meta: dict[str, Any], owners: list[tuple[GVK, Key]], why: str) -> None:
         for owner_gvk, key in owners:
             log.debug("%s %s/%s %s: requeue %s %s/%s", kind.gvk.kind, meta.get("namespace"), meta.get("name"), why,
                       owner_gvk.kind, *key)
             self.enqueue(owner_gvk, key)
 
-    # ------------------------------------------------------------------ the watch
+    # ------------------------------------------------------------------ what a change means
     def _path(self, kind: DependentKind, namespace: str | None) -> str:
         g = kind.gvk
         base = f"/apis/{g.group}/{g.version}" if g.group else f"/api/{g.version}"
@@ -136,66 +179,7 @@ class DependentWatcher:
             base += f"/namespaces/{namespace}"
         return f"{base}/{kind.plural}"
 
-    async def _run(self, kind: DependentKind, namespace: str | None) -> None:
-        backoff = 0.5
-        rv: str | None = None
-        while not self._stopping:
-            try:
-                if rv is None:
-                    rv = await self._relist(kind, namespace)
-                    kind.synced.set()
-                rv = await self._watch(kind, namespace, rv)
-                backoff = 0.5
-            except Gone:
-                log.info("watch of %s expired (410 Gone): relisting", kind.gvk)
-                rv = None
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("watch of %s interrupted (%s); retrying in %.1fs", kind.gvk, exc or type(exc).__name__,
-                            backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10)
-
-    async def _relist(self, kind: DependentKind, namespace: str | None) -> str:
-        """Lists metadata page by page; compares owned objects with what we remembered (after a 410 or an
-        outage) and requeues the owners of those that changed or went away."""
-        seen_now: dict[str, _Seen] = {}
-        token, rv = None, ""
-        while True:
-            params = {"limit": str(PAGE)}
-            if token:
-                params["continue"] = token
-            async with self.api.request("GET", self._path(kind, namespace), params=params,
-                                        headers={"Accept": METADATA_LIST}) as resp:
-                if resp.status == 410:
-                    token = None
-                    seen_now.clear()
-                    continue
-                resp.raise_for_status()
-                page = await resp.json()
-            for item in page.get("items", []):
-                meta = item.get("metadata", {})
-                owners = self.owners_of(meta)
-                if not owners:
-                    continue
-                now = _Seen(meta.get("generation"), meta.get("resourceVersion", ""), owners)
-                seen_now[meta["uid"]] = now
-                before = kind.owned.get(meta["uid"])
-                if before is not None and now.resource_version not in self.own_writes \
-                        and (requeued := self._requeued(before, now)):
-                    self._trigger(kind, meta, requeued, "changed while not watched")
-            rv = page.get("metadata", {}).get("resourceVersion", "")
-            token = page.get("metadata", {}).get("continue")
-            if not token:
-                break
-        for uid, before in kind.owned.items():
-            if uid not in seen_now:
-                self._trigger(kind, {"uid": uid}, before.owners, "deleted while not watched")
-        kind.owned = seen_now
-        return rv
-
-    def _requeued(self, before: _Seen, now: _Seen) -> list[tuple[GVK, Key]]:
+    def requeued(self, before: _Seen, now: _Seen) -> list[tuple[GVK, Key]]:
         """The owners a change brings back: all of them for a change that matters, else those whose watch
         wants status changes too (any change of the object)."""
         if self._changed(before, now):
@@ -211,39 +195,15 @@ class DependentWatcher:
             return now.generation != before.generation
         return now.resource_version != before.resource_version
 
-    async def _watch(self, kind: DependentKind, namespace: str | None, rv: str) -> str:
-        params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
-        async with self.api.request("GET", self._path(kind, namespace), params=params,
-                                    headers={"Accept": METADATA},
-                                    timeout=aiohttp.ClientTimeout(total=None, sock_read=330)) as resp:
-            if resp.status == 410:
-                raise Gone()
-            resp.raise_for_status()
-            async for line in resp.content:
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                etype, obj = event.get("type"), event.get("object") or {}
-                meta = obj.get("metadata", {})
-                if etype == "ERROR":
-                    if obj.get("code") == 410:
-                        raise Gone()
-                    raise RuntimeError(obj.get("message", "watch error"))
-                rv = meta.get("resourceVersion") or rv
-                if etype == "BOOKMARK":
-                    continue
-                self._event(kind, etype, meta)
-        return rv
-
-    def _event(self, kind: DependentKind, etype: str, meta: dict[str, Any]) -> None:
+    def event(self, kind: DependentKind, etype: str, meta: dict[str, Any]) -> None:
         uid = meta.get("uid", "")
         owners = self.owners_of(meta)
         before = kind.owned.get(uid)
-        now = _Seen(meta.get("generation"), meta.get("resourceVersion", ""), owners)
+        now = _Seen(meta.get("generation"), meta.get("resourceVersion", ""), owners, meta.get("namespace") or "")
         if etype == "DELETED":
             kind.owned.pop(uid, None)
             if owners:
-                self._trigger(kind, meta, owners, "deleted")
+                self.trigger(kind, meta, owners, "deleted")
             return
         if not owners:
             kind.owned.pop(uid, None)  # no longer ours (or never was): forget it
@@ -253,7 +213,7 @@ class DependentWatcher:
             return  # creations do not requeue (the owner's run made it, or will see it)
         if now.resource_version in self.own_writes:
             return  # the role's own write, during its run
-        owners = self._requeued(before, now)
+        owners = self.requeued(before, now)
         if not owners:
             return  # nothing that matters changed
         key = (kind.gvk.group, kind.plural, meta.get("namespace") or "", meta.get("name", ""))
@@ -263,7 +223,7 @@ class DependentWatcher:
             self._background.add(task)
             task.add_done_callback(self._background.discard)
             return
-        self._trigger(kind, meta, owners, "changed")
+        self.trigger(kind, meta, owners, "changed")
 
     async def _after_write(self, kind: DependentKind, meta: dict[str, Any], owners: list[tuple[GVK, Key]],
                            key: tuple[str, str, str, str], rv: str) -> None:
@@ -272,7 +232,7 @@ class DependentWatcher:
         except TimeoutError:
             pass
         if rv not in self.own_writes:
-            self._trigger(kind, meta, owners, "changed")
+            self.trigger(kind, meta, owners, "changed")
 
 
 CLEANUP_FINALIZER = "playbook-operator.dev/cleanup-annotated-dependents"

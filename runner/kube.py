@@ -1,6 +1,6 @@
 """The runtime's own API requests: resource discovery, object reads, status and metadata writes.
 
-Each is a coroutine on the operator's ``ApiSession`` (the event loop kopf and the queues share), so nothing
+Each is a coroutine on the operator's ``ApiSession`` (on the event loop the watches and the queues share), so nothing
 here blocks the loop or needs a thread.
 """
 
@@ -54,6 +54,10 @@ class ApiError(Exception):
 class NotFound(ApiError):
     def __init__(self, what: str) -> None:
         super().__init__(404, "NotFound", what)
+
+
+class Gone(Exception):
+    """The object a reconcile is about no longer exists: deleted, or another object (another UID) has its name."""
 
 
 def is_conflict(exc: BaseException) -> bool:

@@ -36,8 +36,5 @@ def setup(level: str = "info", fmt: str = "text") -> None:
     root.handlers[:] = [handler]
     numeric = getattr(logging, level.upper(), None) if not level.isdigit() else int(level)
     root.setLevel(numeric if isinstance(numeric, int) else logging.INFO)
-    # kopf narrates every handled event at INFO; ours are the lines that matter.
-    if root.level > logging.DEBUG:
-        logging.getLogger("kopf").setLevel(logging.WARNING)
     for noisy in ("aiohttp.access", "urllib3", "kubernetes"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,8 +1,8 @@
-"""Starts everything for `playbook-operator run`: endpoints, leader election, the executor, one queue and
-reconciler per watch, kopf; and stops it all gracefully on SIGTERM.
+"""Starts everything for `playbook-operator run`: endpoints, leader election, the executor, one queue,
+reconciler and watch per kind of watches.yaml; and stops it all gracefully on SIGTERM.
 
-An event's path: kopf (watching.py) → ObjectStore + WorkQueue (queue.py) → Reconciler (reconcile.py)
-→ Executor (execution/) → status.py / events.py.
+An event's path: the kind's reflectors (watching.py, reflector.py) → ObjectStore + WorkQueue (queue.py) →
+Reconciler (reconcile.py) → Executor (execution/) → status.py / events.py.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from .config import GVK, RunConfig, Watch
 from .dependents import AnnotatedCleanup, DependentWatcher
 from .execution import Executor
 from .kopf_without_client import kopf
-from .kube import ApiError, Kube, Resource
+from .kube import Kube
 from .proxy import Owner, OwnerProxy, OwnWrites
 from .queue import CHANGE, Backoff, WorkQueue
+from .queue import Outcome as QueueOutcome
 from .reconcile import Reconciler, Settings
 from .server import Endpoints, MetricsSecurity
-from .watching import ObjectStore, register
+from .watching import ObjectStore, PrimaryKind
 
 log = logging.getLogger("playbook_operator")
 
@@ -120,25 +121,12 @@ def make_executor(cfg: RunConfig, parallel: int) -> Executor:
     return WarmExecutor(parallel, env)
 
 
-class LazyResource:
-    """Resolves a kind's plural and scope on first use: the CRD may be installed after the operator starts."""
-
-    def __init__(self, kube: Kube, watch: Watch) -> None:
-        self.kube, self.watch = kube, watch
-        self._res: Resource | None = None
-
-    async def get(self) -> Resource:
-        if self._res is None:
-            self._res = await self.kube.discover(self.watch.gvk)
-        return self._res
-
-
 class Operator:
     def __init__(self, cfg: RunConfig, watches: list[Watch]) -> None:
         self.cfg = cfg
         self.watches = watches
         self.stopping = asyncio.Event()
-        self.kopf_ready = asyncio.Event()
+        self.primaries: list[PrimaryKind] = []
         self.leader: leader_mod.LeaderElector | None = None
         self.queues: list[WorkQueue] = []
         self.exit_code = 0
@@ -146,9 +134,11 @@ class Operator:
     def ready(self) -> bool:
         # A standby is ready too (as controller-runtime's readyz in the Go ansible-operator): were it not,
         # a Deployment's rolling update would wait forever for new pods that cannot lead until the old go.
-        # The leader is ready once its watches are established.
+        # The leader is ready once every kind of watches.yaml is served and listed (a CRD installed later
+        # makes it ready then).
         standby = self.leader is not None and not self.leader.is_leader
-        return not self.stopping.is_set() and (standby or self.kopf_ready.is_set())
+        synced = bool(self.primaries) and all(p.synced for p in self.primaries)
+        return not self.stopping.is_set() and (standby or synced)
 
     def _on_signal(self, signum: int) -> None:
         log.info("received %s: shutting down (grace %.0fs)", signal.Signals(signum).name,
@@ -187,6 +177,26 @@ class Operator:
             await api.close()
         return self.exit_code
 
+    def _serve(self, watch: Watch, api: ApiSession, kube: Kube, executor: Executor, global_cap: asyncio.Semaphore,
+               run_env: ProxyEnvironment, playbooks: dict[str, Path]) -> tuple[WorkQueue, PrimaryKind]:
+        """One kind's queue, reconciler, cache and watch: changes the cache sees queue the reconciler's runs."""
+        cfg = self.cfg
+
+        async def reconcile(key: tuple[str, str], reasons: frozenset[str]) -> QueueOutcome:
+            return await reconciler(key, reasons)
+
+        queue = WorkQueue(name=watch.gvk.kind, workers=watch.max_concurrent_reconciles, handler=reconcile,
+                          global_cap=global_cap, backoff=Backoff(cfg.retry_backoff_base, cfg.retry_backoff_max),
+                          may_run=self.leader.fresh if self.leader else (lambda: True))
+        store = ObjectStore(watch, queue)
+        primary = PrimaryKind(api, kube, watch, store, cfg.watch_namespaces)
+        settings = Settings(cfg.reconcile_period, cfg.artifacts_dir, cfg.ansible_args, cfg.ansible_log_events)
+        reconciler = Reconciler(watch, primary, settings, kube, executor, store, playbooks, run_env)
+        self.primaries.append(primary)
+        self.queues.append(queue)
+        queue.start()
+        return queue, primary
+
     async def _lead(self, kube: Kube) -> None:
         cfg = self.cfg
         total_workers = sum(w.max_concurrent_reconciles for w in self.watches)
@@ -194,33 +204,20 @@ class Operator:
         executor = make_executor(cfg, cap)
         await executor.start()
         global_cap = asyncio.Semaphore(cap)
-        registry = kopf.OperatorRegistry()
-        settings = kopf.OperatorSettings()
-        settings.posting.enabled = False  # our Events are ours; kopf's handler chatter is not for users
-        settings.watching.server_timeout = 300
-        settings.watching.client_timeout = 330
-        settings.watching.connect_timeout = 10
-        settings.networking.error_backoffs = (0.5, 1, 2, 3, 5, 8)
-        # kopf notices CRDs installed after start by watching CRDs. The Go ansible-operator's scaffolded RBAC
-        # grants no access to them (it needs none): then kopf would log errors for 20 s before giving up.
-        try:
-            may_watch_crds = await kube.allowed("watch", "apiextensions.k8s.io", "customresourcedefinitions")
-        except ApiError as exc:  # the question unanswered: kopf finds out by itself, as before
-            log.warning("could not ask whether CRDs may be watched: %s", exc.reason)
-            may_watch_crds = True
-        if not may_watch_crds:
-            settings.scanning.disabled = True
-            log.info("not allowed to watch CRDs: serving the kinds of watches.yaml as found at start-up")
-        reconcile_settings = Settings(cfg.reconcile_period, cfg.artifacts_dir, cfg.ansible_args, cfg.ansible_log_events)
         playbook_root = cfg.artifacts_dir / "_playbooks"
         api = kube.api
-        by_gvk: dict[GVK, tuple[Watch, WorkQueue]] = {}
+        by_gvk: dict[GVK, tuple[Watch, WorkQueue, PrimaryKind]] = {}
 
         def enqueue_owner(gvk: GVK, key: tuple[str, str]) -> None:
             if gvk in by_gvk:
                 by_gvk[gvk][1].add(key, CHANGE)
 
-        watcher = DependentWatcher(api, self.watches, cfg.watch_namespaces, OwnWrites(), enqueue_owner)
+        def owner_namespaced(gvk: GVK) -> bool:
+            res = by_gvk[gvk][2].resource if gvk in by_gvk else None
+            return res.namespaced if res is not None else True
+
+        watcher = DependentWatcher(api, self.watches, cfg.watch_namespaces, OwnWrites(), enqueue_owner,
+                                   owner_namespaced)
 
         cleanup = AnnotatedCleanup(kube)
         background: set[asyncio.Task[None]] = set()
@@ -245,72 +242,37 @@ class Operator:
         watcher.own_writes = proxy.own_writes
         await proxy.start()
         run_env = ProxyEnvironment(proxy)
+        serving: list[asyncio.Task[None]] = []
         for watch in self.watches:
-            store = ObjectStore(watch)
-            resource = LazyResource(kube, watch)
-            reconciler = Reconciler(watch, resource, reconcile_settings, kube, executor, store,
-                                    write_playbooks(watch, playbook_root), run_env)
-            queue = WorkQueue(
-                name=watch.gvk.kind, workers=watch.max_concurrent_reconciles, handler=reconciler,
-                global_cap=global_cap,
-                backoff=Backoff(cfg.retry_backoff_base, cfg.retry_backoff_max),
-                may_run=self.leader.fresh if self.leader else (lambda: True))
-            register(registry, settings, watch, store, queue)
-            by_gvk[watch.gvk] = (watch, queue)
-            queue.start()
-            self.queues.append(queue)
+            queue, primary = self._serve(watch, api, kube, executor, global_cap, run_env,
+                                         write_playbooks(watch, playbook_root))
+            by_gvk[watch.gvk] = (watch, queue, primary)
+            serving.append(asyncio.create_task(primary.run(), name=f"watch-{watch.gvk.kind}"))
             log.info("watching %s with %s (%d workers)", watch.gvk, watch.target, watch.max_concurrent_reconciles)
 
-        @kopf.on.login(registry=registry)
-        def login(**_: Any) -> kopf.ConnectionInfo:
-            return api.connection  # kopf's watches and our requests use the same (refreshed) credentials
-
-        kopf_stop = asyncio.Event()
-        kopf_ready = asyncio.Event()
-        namespaces = list(cfg.watch_namespaces)
-        kopf_task = asyncio.create_task(kopf.operator(
-            registry=registry, settings=settings, standalone=True, clusterwide=not namespaces,
-            namespaces=namespaces, stop_flag=kopf_stop, ready_flag=kopf_ready), name="kopf")
-
         async def mark_ready() -> None:
-            await kopf_ready.wait()
-            self._install_signals()  # kopf installs its own handlers at start; ours drain the queues first
-            self.kopf_ready.set()
+            await asyncio.gather(*(p.wait_synced() for p in self.primaries))
             log.info("operator ready: %d kind(s) watched, executor %s, at most %d runs at once",
                      len(self.watches), executor.name, cap)
 
         ready_task = asyncio.create_task(mark_ready())
         stop_wait = asyncio.create_task(self.stopping.wait())
         lost = asyncio.create_task(self.leader.lost.wait()) if self.leader else None
-        waiters = [stop_wait, kopf_task] + ([lost] if lost else [])
-        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait([stop_wait] + ([lost] if lost else []), return_when=asyncio.FIRST_COMPLETED)
         if lost in done:
             log.error("lost the leader lease: stopping every run now so that no two leaders run roles")
             self.exit_code = 1
             grace: float | None = 0.0
         else:  # negative: as long as runs take (each is bounded by its run timeout), as controller-runtime
             grace = cfg.graceful_shutdown_timeout if cfg.graceful_shutdown_timeout >= 0 else None
-        if kopf_task in done and not kopf_task.cancelled() and kopf_task.exception():
-            log.error("the watch machinery failed: %s", kopf_task.exception())
-            self.exit_code = 1
         self.stopping.set()
-        # Runs finish first: once kopf stops, it cancels every task started after it within 5 s (its
-        # "hung tasks"), which would cut the grace period short.
         finished = await asyncio.gather(*(q.shutdown(grace) for q in self.queues))
         if not all(finished):
-            log.warning("runs still in progress after %.0fs were cancelled", grace)
-        kopf_stop.set()  # kopf stops its watches itself; cancelling it instead skips its clean-up
+            log.warning("runs still in progress after %.0fs were cancelled", grace or 0)
+        for t in (*serving, ready_task, stop_wait, lost):
+            if t is not None and not t.done():
+                t.cancel()
+        await asyncio.gather(*serving, return_exceptions=True)
         await executor.stop()
         await watcher.stop()
         await proxy.stop()
-        for t in (ready_task, stop_wait, lost):
-            if t is not None and not t.done():
-                t.cancel()
-        try:
-            await asyncio.wait_for(asyncio.shield(kopf_task), 10)
-        except TimeoutError:
-            log.warning("the watches did not stop within 10s; cancelling them")
-            kopf_task.cancel()
-            await asyncio.gather(kopf_task, return_exceptions=True)
-        except Exception:
-            pass

@@ -29,7 +29,7 @@ from .config import (
 from .dependents import CLEANUP_FINALIZER, AnnotatedCleanup
 from .events import Recorder
 from .execution import Executor, RunRequest, RunResult
-from .kube import JSON_PATCH, ApiError, Kube, NotFound, Resource
+from .kube import JSON_PATCH, ApiError, Gone, Kube, NotFound, Resource
 from .params import build_extravars
 from .queue import REQUEUE, RESYNC, Key, Outcome
 
@@ -124,9 +124,10 @@ class Reconciler:
     async def _event(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
         await self.recorder.record(obj, etype, reason, message)
 
-    async def _update_finalizers(self, key: Key, obj: dict[str, Any], change) -> dict[str, Any] | None:
+    async def _update_finalizers(self, key: Key, obj: dict[str, Any], change) -> dict[str, Any]:
         """Applies ``change(finalizers) -> finalizers`` with a test on resourceVersion, re-reading on a race,
-        so that a finalizer someone else added meanwhile is never dropped."""
+        so that a finalizer someone else added meanwhile is never dropped. Raises Gone with the object."""
+        uid = obj["metadata"]["uid"]
         for _ in range(8):
             meta = obj["metadata"]
             body = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
@@ -134,43 +135,54 @@ class Reconciler:
             try:
                 return await self.kube.patch(self.res, key[0], key[1], body, JSON_PATCH)
             except NotFound:
-                return None
+                raise Gone() from None
             except ApiError as exc:
                 if exc.status not in (409, 422):
                     raise
-            fresh = await self._fresh(key)
-            if fresh is None:
-                return None
-            obj = fresh
+            obj = await self._fresh(key, uid)
         raise RuntimeError(f"finalizers of {self.kind} {key[0]}/{key[1]} kept changing under us")
 
-    async def _fresh(self, key: Key) -> dict[str, Any] | None:
+    async def _fresh(self, key: Key, uid: str) -> dict[str, Any]:
+        """The object ``uid`` as the API server has it now. Raises Gone when it is deleted, or another object
+        (created again under the same name) has taken its place."""
         try:
-            return await self.kube.get(self.res, key[0], key[1])
+            obj = await self.kube.get(self.res, key[0], key[1])
         except NotFound:
-            return None
+            raise Gone() from None
+        if obj["metadata"].get("uid") != uid:
+            raise Gone()
+        return obj
 
     # ------------------------------------------------------------------ the reconcile
-    async def _gone(self, key: Key) -> Outcome:
-        """The object is gone (or going, with nothing left for us to do): so are its runner directories."""
+    async def _gone(self, key: Key, uid: str | None) -> Outcome:
+        """The object is gone (or going, with nothing left for us to do): so are its runner directories, and
+        the series about it, unless another object of that name has them now."""
         await asyncio.to_thread(shutil.rmtree, self.private_dir(*key), ignore_errors=True)
-        # again here: a run that ended after the watch saw the deletion may have recorded series for it
-        metrics.forget_resource(metrics.owner_of(self.watch.gvk, key))
+        successor = self.source.latest(key)
+        if successor is None or successor["metadata"].get("uid") == uid:
+            # again here: a run that ended after the watch saw the deletion may have recorded series for it
+            metrics.forget_resource(metrics.owner_of(self.watch.gvk, key))
         return Outcome(forget=True)
 
     async def __call__(self, key: Key, reasons: frozenset[str]) -> Outcome:
         obj = self.source.latest(key)
         if obj is None:
-            return await self._gone(key)
+            return await self._gone(key, None)
         if not hasattr(self, "res"):
             self.res = await self._resource.get()
         started = time.monotonic()
+        uid = obj["metadata"]["uid"]
         try:
-            return await self._reconcile(key, obj, reasons)
+            return await self._reconcile(key, uid, reasons)
+        except Gone:
+            return await self._gone(key, uid)
         finally:
             metrics.RECONCILE_SECONDS.labels(str(self.watch.gvk)).observe(time.monotonic() - started)
 
-    async def _reconcile(self, key: Key, obj: dict[str, Any], reasons: frozenset[str]) -> Outcome:
+    async def _reconcile(self, key: Key, uid: str, reasons: frozenset[str]) -> Outcome:
+        # The cache may lag (a watch outage): the run is for the object the API server has, never a ghost.
+        obj = await self._fresh(key, uid)
+        self.source.observed(key, obj)
         watch, meta = self.watch, obj["metadata"]
         ns, name = key
         fin = watch.finalizer.name if watch.finalizer else None
@@ -185,17 +197,14 @@ class Reconciler:
             return Outcome(error=True)
 
         if fin and not deleting and fin not in (meta.get("finalizers") or []):
-            updated = await self._update_finalizers(key, obj, lambda f: [*f, fin] if fin not in f else f)
-            if updated is None:
-                return Outcome(forget=True)
-            obj = updated
+            obj = await self._update_finalizers(key, obj, lambda f: [*f, fin] if fin not in f else f)
             self.source.observed(key, obj)
 
         # Nothing new on the object: a resync or a requeue the role asked for. Such a run writes status
         # only if its result differs from what status already says.
         idle = reasons <= {RESYNC, REQUEUE}
         if watch.manage_status and not idle:
-            written = await self.status.update(self.res, ns, name, status.running)
+            written = await self.status.update(self.res, ns, name, uid, status.running, current=obj)
             if written:
                 obj = written
                 self.source.observed(key, obj)
@@ -234,9 +243,7 @@ class Reconciler:
             metrics.RUNS_FAILED.labels(self.kind).inc()
         metrics.RECONCILE_RESULT.labels(str(watch.gvk), "succeeded" if outcome.ok else "failed").inc()
 
-        latest = await self._fresh(key)
-        if latest is None:
-            return await self._gone(key)
+        latest = await self._fresh(key, uid)
         self.source.observed(key, latest)
 
         requeue = outcome.requeue_after
@@ -246,7 +253,7 @@ class Reconciler:
         # A finalizer that asks to be requeued is waiting for something (a final backup, say): not done yet.
         if finalizer_run and outcome.ok and not (requeue is not None and requeue > 0):
             updated = await self._update_finalizers(key, latest, lambda f: [x for x in f if x != fin])
-            return await self._after_finalizer(key, updated or latest)
+            return await self._after_finalizer(key, updated)
 
         # observedGeneration says which spec the result is for: the one the run was given, even if the
         # object changed meanwhile (that change has its own run queued).
@@ -255,7 +262,7 @@ class Reconciler:
         if watch.manage_status:
             if outcome.ok:
                 await self.status.update(
-                    self.res, ns, name,
+                    self.res, ns, name, uid,
                     lambda c: status.done(c, True, outcome.result, []),
                     observed_generation=ran_generation, skip_if_equivalent=idle, current=latest)
             else:
@@ -275,14 +282,17 @@ class Reconciler:
         if CLEANUP_FINALIZER in (obj["metadata"].get("finalizers") or []):
             count = await self.cleanup.cleanup(obj, self.watch.gvk)
             log.info("deleted %d annotation-linked dependent(s) of %s %s/%s", count, self.kind, *key)
-            await self._update_finalizers(key, obj, lambda f: [x for x in f if x != CLEANUP_FINALIZER])
-        return await self._gone(key)
+            try:
+                await self._update_finalizers(key, obj, lambda f: [x for x in f if x != CLEANUP_FINALIZER])
+            except Gone:
+                pass
+        return await self._gone(key, obj["metadata"]["uid"])
 
     async def _finish_failed(self, obj: dict[str, Any], failures: list[str], result: dict[str, Any] | None,
                              generation: int | None = None) -> None:
         meta = obj["metadata"]
         if self.watch.manage_status:
-            await self.status.update(self.res, meta.get("namespace") or "", meta["name"],
+            await self.status.update(self.res, meta.get("namespace") or "", meta["name"], meta["uid"],
                                      lambda c: status.done(c, False, result, failures),
                                      observed_generation=generation if generation is not None else meta.get("generation"),
                                      current=obj)

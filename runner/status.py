@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 from typing import Any
 
-from .kube import MERGE_PATCH, Kube, NotFound, Resource, is_conflict
+from .kube import MERGE_PATCH, Gone, Kube, NotFound, Resource, is_conflict
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +108,13 @@ class StatusWriter:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
 
-    async def update(self, res: Resource, namespace: str, name: str, change, *,
-               observed_generation: int | None = None, skip_if_equivalent: bool = False,
-               current: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """Applies ``change(conditions) -> conditions`` to the newest object.
+    async def update(self, res: Resource, namespace: str, name: str, uid: str, change, *,
+                     observed_generation: int | None = None, skip_if_equivalent: bool = False,
+                     current: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """Applies ``change(conditions) -> conditions`` to the newest version of the object ``uid``.
         ``current``, a copy the caller has just read, saves the first read; a conflict means a newer one.
-        Returns the written object, or None when nothing was written (unchanged, or the object is gone)."""
+        Returns the written object, or None when nothing was written (unchanged). Raises Gone when the object
+        is gone, or another object has its name: a status is never written to an object it is not about."""
         for _ in range(CONFLICT_RETRIES):
             if current is not None:
                 obj, current = current, None
@@ -121,7 +122,9 @@ class StatusWriter:
                 try:
                     obj = await self.kube.get(res, namespace, name)
                 except NotFound:
-                    return None
+                    raise Gone() from None
+            if obj["metadata"].get("uid") != uid:
+                raise Gone()
             status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
             old = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
             new = change(copy.deepcopy(old))
@@ -136,9 +139,9 @@ class StatusWriter:
                 patch["status"]["observedGeneration"] = observed_generation
             try:
                 return await self.kube.patch(res, namespace, name, patch, MERGE_PATCH,
-                                       subresource="status" if res.has_status else None)
+                                             subresource="status" if res.has_status else None)
             except NotFound:
-                return None
+                raise Gone() from None
             except Exception as exc:
                 if is_conflict(exc):
                     continue

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from kubernetes import client, config
 
 T = TypeVar("T")
@@ -154,3 +155,57 @@ def find_kubectl() -> str:
     if not found:
         raise RuntimeError("kubectl not found on PATH; with KUBECONFIG set the tests use the kubectl on PATH")
     return found
+
+
+@dataclass
+class ServiceAccountAccess:
+    """A ServiceAccount of a test and what it may do: cluster-wide rules granted and revoked by name, a
+    kubeconfig with its token (for an operator that must run as it, not as the admin)."""
+
+    kube: Kube
+    namespace: str
+    name: str
+    kubeconfig: Path
+    _granted: set[str] = field(default_factory=set)
+
+    def _object_name(self, grant: str) -> str:
+        return f"{self.namespace}-{self.name}-{grant}"
+
+    def create(self) -> ServiceAccountAccess:
+        self.kube.core.create_namespaced_service_account(self.namespace, {"metadata": {"name": self.name}})
+        token = self.kube.kubectl("-n", self.namespace, "create", "token", self.name, "--duration", "1h").stdout.strip()
+        admin = yaml.safe_load(self.kube.kubeconfig.read_text())
+        cluster = admin["clusters"][0]
+        self.kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "clusters": [cluster],
+            "users": [{"name": self.name, "user": {"token": token}}],
+            "contexts": [{"name": self.name, "context": {"cluster": cluster["name"], "user": self.name,
+                                                          "namespace": self.namespace}}],
+            "current-context": self.name}))
+        return self
+
+    def grant(self, grant: str, rules: list[dict[str, Any]]) -> None:
+        name = self._object_name(grant)
+        self.kube.rbac.create_cluster_role({"metadata": {"name": name}, "rules": rules})
+        self.kube.rbac.create_cluster_role_binding({
+            "metadata": {"name": name}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                                    "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": self.name, "namespace": self.namespace}]})
+        self._granted.add(grant)
+
+    def revoke(self, grant: str) -> None:
+        name = self._object_name(grant)
+        for delete in (self.kube.rbac.delete_cluster_role_binding, self.kube.rbac.delete_cluster_role):
+            try:
+                delete(name)
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+        self._granted.discard(grant)
+
+    def env(self) -> dict[str, str]:
+        return {"KUBECONFIG": str(self.kubeconfig), "K8S_AUTH_KUBECONFIG": str(self.kubeconfig)}
+
+    def remove(self) -> None:
+        for grant in list(self._granted):
+            self.revoke(grant)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,31 +140,36 @@ class OperatorProcess:
             self.proc.wait()
 
 
-class Widgets:
-    """The test kind, in one namespace."""
+class CustomObjects:
+    """Objects of one custom kind, in one namespace (None: a cluster-scoped kind)."""
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube, self.namespace = kube, namespace
+    def __init__(self, kube: Kube, group: str, version: str, plural: str, kind: str, namespace: str | None) -> None:
+        self.kube, self.group, self.version, self.plural, self.kind = kube, group, version, plural, kind
+        self.namespace = namespace
+
+    def _call(self, verb: str, *args: Any, subresource: str = "") -> Any:
+        scope = "namespaced" if self.namespace is not None else "cluster"
+        where = (self.namespace,) if self.namespace is not None else ()
+        method = getattr(self.kube.custom, f"{verb}_{scope}_custom_object{subresource}")
+        return method(self.group, self.version, *where, self.plural, *args)
 
     def create(self, name: str, spec: dict[str, Any], labels: dict[str, str] | None = None,
                annotations: dict[str, str] | None = None) -> dict[str, Any]:
-        body = {"apiVersion": f"{WIDGET_GROUP}/{WIDGET_VERSION}", "kind": "Widget",
+        body = {"apiVersion": f"{self.group}/{self.version}", "kind": self.kind,
                 "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}}, "spec": spec}
-        return self.kube.custom.create_namespaced_custom_object(WIDGET_GROUP, WIDGET_VERSION, self.namespace, WIDGETS, body)
+        return self._call("create", body)
 
     def get(self, name: str) -> dict[str, Any]:
-        return self.kube.custom.get_namespaced_custom_object(WIDGET_GROUP, WIDGET_VERSION, self.namespace, WIDGETS, name)
+        return self._call("get", name)
 
     def patch(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self.kube.custom.patch_namespaced_custom_object(WIDGET_GROUP, WIDGET_VERSION, self.namespace, WIDGETS,
-                                                               name, body)
+        return self._call("patch", name, body)
 
     def patch_status(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self.kube.custom.patch_namespaced_custom_object_status(WIDGET_GROUP, WIDGET_VERSION, self.namespace,
-                                                                      WIDGETS, name, body)
+        return self._call("patch", name, body, subresource="_status")
 
     def delete(self, name: str) -> None:
-        self.kube.custom.delete_namespaced_custom_object(WIDGET_GROUP, WIDGET_VERSION, self.namespace, WIDGETS, name)
+        self._call("delete", name)
 
     def exists(self, name: str) -> bool:
         from kubernetes.client import ApiException
@@ -190,10 +196,75 @@ class Widgets:
             c = next((c for c in st.get("conditions") or [] if c.get("type") == ctype), None)
             return obj if c and c.get("status") == status else None
 
-        return wait_for(f"{ctype}={status} on Widget {name}", check, timeout=timeout)
+        return wait_for(f"{ctype}={status} on {self.kind} {name}", check, timeout=timeout)
 
     def wait_successful(self, name: str, generation: int | None = None, timeout: float = 60) -> dict[str, Any]:
         return self.wait_condition(name, "Successful", "True", timeout, generation)
+
+
+class Widgets(CustomObjects):
+    """The test kind, in one namespace."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        super().__init__(kube, WIDGET_GROUP, WIDGET_VERSION, WIDGETS, "Widget", namespace)
+
+
+@dataclass(frozen=True)
+class FreshKind:
+    """A kind no operator has seen yet: its own group, its CRD installed by ``install``."""
+
+    group: str
+    scope: str  # Namespaced or Cluster
+    kind: str = "Gizmo"
+    plural: str = "gizmos"
+    version: str = "v1"
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+    def crd(self) -> dict[str, Any]:
+        schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": self.crd_name},
+                "spec": {"group": self.group, "scope": self.scope,
+                         "names": {"plural": self.plural, "singular": self.kind.lower(), "kind": self.kind},
+                         "versions": [{"name": self.version, "served": True, "storage": True,
+                                       "subresources": {"status": {}},
+                                       "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                                           "spec": schema, "status": schema}}}}]}}
+
+    def install(self, kube: Kube, wait: bool = True) -> None:
+        kube.ext.create_custom_resource_definition(self.crd())
+        if wait:  # as `make install` waits for it
+            kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{self.crd_name}")
+
+    def uninstall(self, kube: Kube) -> None:
+        kube.kubectl("delete", "--ignore-not-found", "--wait=false", f"crd/{self.crd_name}")
+
+    def watch(self, **fields: Any) -> dict[str, Any]:
+        """A watches.yaml entry for this kind, run by the gizmo role."""
+        return {"version": self.version, "group": self.group, "kind": self.kind,
+                "role": str(TESTOP / "roles" / "gizmo"), **fields}
+
+    def objects(self, kube: Kube, namespace: str | None) -> CustomObjects:
+        return CustomObjects(kube, self.group, self.version, self.plural, self.kind,
+                             namespace if self.scope == "Namespaced" else None)
+
+
+# What an operator of a fresh kind needs besides access to that kind: the role's ConfigMaps, Events.
+OPERATOR_BASICS = [
+    {"apiGroups": [""], "resources": ["configmaps", "events"], "verbs": ["*"]},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["*"]},
+]
+
+
+def kind_rules(group: str) -> list[dict[str, Any]]:
+    return [{"apiGroups": [group], "resources": ["*"], "verbs": ["*"]}]
+
+
+def fresh_kind(scope: str = "Namespaced") -> FreshKind:
+    return FreshKind(f"g{uuid.uuid4().hex[:8]}.test.playbook-operator.dev", scope)
 
 
 def stop_all(ops: list[OperatorProcess], request: Any) -> None:

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kube import Kube, wait_for
+from tests.apiproxy import ApiProxy
+from tests.kube import Kube, ServiceAccountAccess, wait_for
 from tests.operator import (
     ROOT,
     TESTOP,
@@ -76,3 +77,21 @@ def sampledb_operators(kube: Kube, namespace: str, sampledb_crds: None, tmp_path
 
     yield start
     stop_all(ops, request)
+
+
+@pytest.fixture
+def service_account(kube: Kube, namespace: str, tmp_path: Path) -> Iterator[ServiceAccountAccess]:
+    """A ServiceAccount in the test's namespace with nothing granted yet; its grants go with the test."""
+    account = ServiceAccountAccess(kube, namespace, "operator", tmp_path / "sa-kubeconfig").create()
+    yield account
+    account.remove()
+
+
+
+@pytest.fixture
+def api_proxy(kube: Kube, tmp_path: Path) -> Iterator[ApiProxy]:
+    """A recording, fault-injecting proxy in front of the API server; an operator started with its
+    ``env()`` reaches the API server only through it."""
+    proxy = ApiProxy(kube.kubeconfig).start(tmp_path / "proxy-kubeconfig")
+    yield proxy
+    proxy.stop()

@@ -9,7 +9,7 @@ import uuid
 from kubernetes import client
 
 from tests.kube import Kube, wait_for
-from tests.operator import FAST_PODS, Widgets, widget_watch
+from tests.operator import FAST_PODS, Widgets, fresh_kind, widget_watch
 
 
 def gone(fn) -> bool:
@@ -149,3 +149,30 @@ def test_without_it_status_changes_of_dependents_do_not(kube: Kube, namespace: s
         _flip_ready(kube, namespace, "quiet-pod")
         time.sleep(2)
     assert len(op.runs("quiet")) == 2, op.runs("quiet")  # the pod's status changes brought nothing
+
+
+def test_dependents_of_a_cluster_scoped_owner_bring_it_back(kube: Kube, namespace: str, start_operator) -> None:
+    """A cluster-wide kind (a "Platform" CR) owns objects in namespaces: they are its dependents like any other."""
+    kind = fresh_kind("Cluster")
+    kind.install(kube)
+    try:
+        op = start_operator([kind.watch(reconcilePeriod="1h")])
+        platforms = kind.objects(kube, None)
+        name = f"p-{namespace}"
+        owner = platforms.create(name, {"targetNamespace": namespace, "message": "cluster-wide"})
+        platforms.wait_successful(name)
+        cm = kube.core.read_namespaced_config_map(f"{name}-cm", namespace)
+        (ref,) = cm.metadata.owner_references
+        assert (ref.kind, ref.name, ref.uid) == ("Gizmo", name, owner["metadata"]["uid"])
+        op.wait_for_log("watching v1, Kind=ConfigMap as a dependent kind")
+        kube.core.patch_namespaced_config_map(f"{name}-cm", namespace, {"data": {"message": "tampered"}})
+        wait_for("the edited ConfigMap to be restored", lambda: kube.core.read_namespaced_config_map(
+            f"{name}-cm", namespace).data["message"] == "cluster-wide", timeout=30)
+        kube.core.delete_namespaced_config_map(f"{name}-cm", namespace)
+        wait_for("the deleted ConfigMap to be recreated",
+                 lambda: kube.core.read_namespaced_config_map(f"{name}-cm", namespace), timeout=30)
+        platforms.delete(name)
+        wait_for("garbage collection of the ConfigMap",
+                 lambda: gone(lambda: kube.core.read_namespaced_config_map(f"{name}-cm", namespace)), timeout=60)
+    finally:
+        kind.uninstall(kube)

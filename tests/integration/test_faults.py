@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import signal
 import time
 import urllib.request
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from localcluster.build import binary
 from localcluster.cluster import LocalCluster
@@ -70,8 +72,8 @@ def faults(own_cluster: tuple[LocalCluster, Kube], tmp_path: Path) -> Iterator[t
         op.stop()
 
 
-def start(ops: list[OperatorProcess], kube: Kube, ns: str, tmp_path: Path) -> OperatorProcess:
-    op = OperatorProcess(kube, ns, tmp_path, [widget_watch()], ["--retry-backoff-max", "2s"])
+def start(ops: list[OperatorProcess], kube: Kube, ns: str, tmp_path: Path, **fields: object) -> OperatorProcess:
+    op = OperatorProcess(kube, ns, tmp_path, [widget_watch(**fields)], ["--retry-backoff-max", "2s"])
     ops.append(op)
     return op.start()
 
@@ -133,8 +135,51 @@ def test_expired_watches_relist_without_missing_or_repeating_work(faults, tmp_pa
     wait_for("the deleted dependent to be recreated",
              lambda: kube.core.read_namespaced_config_map("victim-cm", ns), timeout=90)
     time.sleep(3)
-    assert "watch of v1, Kind=ConfigMap expired (410 Gone): relisting" in op.logs()
+    assert re.search(r"watch of v1, Kind=ConfigMap( in \S+)? expired \(410 Gone\): relisting", op.logs())
     assert len(op.runs("untouched")) == 1  # relisting did not repeat work for unchanged objects
     assert kube.core.read_namespaced_config_map("changed-cm", ns).data["message"] == "changed meanwhile"
 
 
+
+
+def run_starts(op: OperatorProcess, name: str, since: int) -> list[str]:
+    """The run starts for Widget ``name`` logged after the first ``since`` characters of the log."""
+    return re.findall(rf"run start: Widget \S+/{name} .*", op.logs()[since:])
+
+
+@pytest.mark.xdist_group("own-cluster")
+def test_a_relist_reports_deletions_and_recreations(faults, tmp_path: Path) -> None:
+    """While the operator misses everything and its watch expires, one CR is deleted and another deleted and
+    created again with the same spec: the relist must tell both apart from what it remembers (by UID)."""
+    cluster, kube, ns, widgets, ops = faults
+    op = start(ops, kube, ns, tmp_path, reconcilePeriod="1h")
+    widgets.create("gone", {"message": "gone"}, annotations={"ansible.sdk.operatorframework.io/reconcile-period": "3s"})
+    widgets.create("reborn", {"message": "same spec"})
+    widgets.wait_successful("gone")
+    old = widgets.wait_successful("reborn")
+    assert op.proc is not None
+    op.proc.send_signal(signal.SIGSTOP)
+    try:
+        widgets.delete("gone")
+        widgets.delete("reborn")
+        wait_for("reborn to go", lambda: not widgets.exists("reborn"))
+        widgets.create("reborn", {"message": "same spec"})
+        cluster._stop("kube-apiserver")
+        etcd_compact(cluster)
+        cluster.up()
+    finally:
+        mark = len(op.logs())
+        op.proc.send_signal(signal.SIGCONT)
+    time.sleep(10)  # the deleted one's resync (3 s) would run the role against its ghost
+    assert run_starts(op, "gone", mark) == [], op.logs()[mark:]
+    assert not_found(lambda: kube.core.read_namespaced_config_map("gone-cm", ns))
+    new = widgets.wait_successful("reborn", timeout=60)  # the new object gets its own run
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+
+
+def not_found(read) -> bool:
+    try:
+        read()
+    except client.ApiException as exc:
+        return exc.status == 404
+    return False
