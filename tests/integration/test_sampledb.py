@@ -47,8 +47,10 @@ def test_sample_provisions_to_ready_with_exactly_one_primary(kube: Kube, namespa
 
 
 def test_failover_when_the_primary_goes(kube: Kube, namespace: str, sampledb_operators) -> None:
+    """Two servers in sync mode: the one replica has every acknowledged commit (each waited for it), so it is
+    promoted once the old primary has stopped, without reading its WAL position (kwok's pods cannot be exec'd)."""
     sampledb_operators(failover_grace_seconds=0)
-    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("ha"))
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("ha", replicas=2))
     db = wait_for("Ready", lambda: (d := get(kube, namespace, "ha")).get("status", {}).get("phase") == "Ready"
                   and d["status"].get("currentPrimary") and d, timeout=120)
     old = db["status"]["currentPrimary"]
@@ -74,6 +76,26 @@ def test_failover_when_the_primary_goes(kube: Kube, namespace: str, sampledb_ope
     assert events and new in events[0].message
 
 
+def test_a_failover_that_cannot_read_the_replicas_positions_promotes_nobody(kube: Kube, namespace: str,
+                                                                           sampledb_operators) -> None:
+    """Three servers in sync mode (ANY 1): either replica may hold the last acknowledged commit, so their WAL
+    positions decide, and where they cannot be read (kwok's pods cannot be exec'd, as when pods/exec is refused)
+    nobody is promoted: FailoverBlocked and Degraded say why, instead of promoting the lowest ordinal."""
+    sampledb_operators(failover_grace_seconds=0)
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("fc", replicas=3))
+    old = wait_phase(kube, namespace, "fc", timeout=120)["status"]["currentPrimary"]
+    kube.core.delete_namespaced_pod(old, namespace)
+    blocked = wait_for("the blocked failover", lambda: events(kube, namespace, "FailoverBlocked"), timeout=90)
+    assert "could not be read" in blocked[-1].message and "in sync mode" in blocked[-1].message
+    degraded = wait_for("Degraded to say so", lambda: (c := condition(get(kube, namespace, "fc"), "Degraded")).get(
+        "reason") == "FailoverBlocked" and c, timeout=30)
+    assert degraded["status"] == "True" and "could not be read" in degraded["message"]
+    st = get(kube, namespace, "fc")["status"]
+    assert st["phase"] == "FailingOver" and not st.get("currentPrimary")
+    assert "primary" not in roles(kube, namespace, "fc").values()
+    assert not events(kube, namespace, "FailedOver")
+
+
 SWITCHOVER = "sampledb.example.com/switchover-to"
 
 
@@ -82,7 +104,7 @@ def test_a_switchover_asked_for_by_annotation_stops_the_old_primary_before_promo
     """kwok's servers do not follow their labels, so the old primary never stops by itself: once the fence
     timeout is over its pod is deleted, and only when it is gone is the named server promoted."""
     sampledb_operators(fence_timeout_seconds=3)
-    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("sw"))
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("sw", replicas=2))
     old = wait_phase(kube, namespace, "sw", timeout=120)["status"]["currentPrimary"]
     old_uid = kube.core.read_namespaced_pod(old, namespace).metadata.uid
     wanted = next(p for p in sorted(roles(kube, namespace, "sw")) if p != old)

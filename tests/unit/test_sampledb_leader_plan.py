@@ -1,5 +1,6 @@
-"""The leader role's decisions (roles/leader/filter_plugins/sampledb_leader.py): a change of primary
-fences the old one before the new one is promoted, and what counts as fenced."""
+"""The leader role's decisions (roles/leader/filter_plugins/sampledb_leader.py): a change of primary fences the old
+one before another is promoted; whom to promote comes from the servers' own state, and without it nobody is; a lost
+or foreign Lease is rebuilt from the servers, never by promoting the lowest ordinal."""
 
 from __future__ import annotations
 
@@ -23,21 +24,33 @@ leader = _plugin("sampledb_leader", _ROLES / "leader" / "filter_plugins" / "samp
 sampledb_ready = _plugin("sampledb_tests", _ROLES / "common" / "test_plugins" / "sampledb.py").sampledb_ready
 
 NOW = "2026-11-24T10:00:30Z"
+LONG_AGO = "2026-11-24T10:00:00Z"
+UID = "sdb-uid"
 
 
-def pod(name: str, ready: bool = True, uid: str | None = None, started: str = "2026-11-24T09:00:00Z",
-        running: bool = True, deleting: bool = False) -> dict:
-    state = {"running": {"startedAt": started}} if running else {"terminated": {"exitCode": 0}}
-    meta = {"name": name, "uid": uid or f"uid-{name}", "labels": {leader.ROLE_LABEL: "replica"}}
+def pod(name: str, ready: bool = True, uid: str | None = None, running: bool = True, deleting: bool = False,
+        role: str | None = "replica", restarts: int = 0) -> dict:
+    state = {"running": {"startedAt": "2026-11-24T09:00:00Z"}} if running else {"terminated": {"exitCode": 0}}
+    meta = {"name": name, "uid": uid or f"uid-{name}", "labels": {leader.ROLE_LABEL: role} if role else {}}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-24T10:00:00Z"
     return {"metadata": meta, "status": {
         "phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        "containerStatuses": [{"name": "postgres", "restartCount": 0, "state": state}]}}
+        "containerStatuses": [{"name": "postgres", "restartCount": restarts, "state": state}]}}
 
 
-def lease(holder: str = "", **annotations: str) -> dict:
+def primary(name: str = "db-0", **kw) -> dict:
+    return pod(name, role="primary", **kw)
+
+
+def lease(holder: str = "", uid: str = UID, **annotations: str) -> dict:
+    if uid:
+        annotations = {leader.DATABASE_UID: uid, **annotations}
     return {"metadata": {"annotations": annotations}, "spec": {"holderIdentity": holder or None}}
+
+
+def unready_since(holder: str, since: str = LONG_AGO, **annotations: str) -> dict:
+    return lease(holder, **{leader.UNREADY_SINCE: since, **annotations})
 
 
 def fencing(old: str, new: str, since: str = "2026-11-24T10:00:20Z", reason: str = "failover") -> dict:
@@ -45,259 +58,318 @@ def fencing(old: str, new: str, since: str = "2026-11-24T10:00:20Z", reason: str
                         leader.PROMOTE: new, leader.REASON: reason})
 
 
+def state(lsn: str = "0/3000000", timeline: int = 1, data: str = "yes", running: str = "yes",
+          recovery: str = "yes", streaming: str = "yes", sysid: str = "7000", **kw: str) -> dict:
+    return {"role": "replica", "data": data, "running": running, "recovery": recovery, "streaming": streaming,
+            "sysid": sysid, "timeline": str(timeline), "lsn": lsn, "fenced": "yes", **kw}
+
+
 def plan(pods, the_lease, **kw):
     ready = [p["metadata"]["name"] for p in pods if sampledb_ready(p)]
+    kw = {"uid": UID, "database": "db", "quorum": 1, "initialized": True, **kw}
+    kw.setdefault("replicas", max([int(p["metadata"]["name"].rsplit("-", 1)[1]) for p in pods] + [-1]) + 1)
     return leader.sampledb_leader_plan(pods, the_lease, NOW, ready, **kw)
 
 
-def test_the_first_server_becomes_primary_at_first_start() -> None:
-    p = plan([pod("db-1"), pod("db-0", ready=False)], {})
-    assert (p["target"], p["holder"], p["changed"]) == ("db-0", "db-0", False)
+# ---------------------------------------------------------------------------------------------- a new database
+
+def test_a_new_database_is_initialised_by_its_first_server_on_the_operators_word() -> None:
+    p = plan([pod("db-1", role=None), pod("db-0", ready=False, role=None)], {}, initialized=False)
+    assert (p["target"], p["holder"], p["bootstrap"], p["changed"]) == ("db-0", "db-0", "db-0", False)
+    assert p["annotations"][leader.DATABASE_UID] == UID
 
 
-def test_a_healthy_primary_is_kept_and_nothing_is_recorded() -> None:
-    p = plan([pod("db-0"), pod("db-1")], lease("db-0"))
-    assert p["target"] == "db-0" and not p["fencing"] and set(p["annotations"].values()) == {""}
+# ---------------------------------------------------------------------------------------------- a lost Lease
+
+def test_a_lost_lease_is_recorded_again_for_the_one_server_serving_as_primary() -> None:
+    p = plan([pod("db-0"), primary("db-1"), pod("db-2")], {})
+    assert (p["target"], p["holder"], p["adopted"], p["bootstrap"], p["fencing"]) == ("db-1", "db-1", True, "", "")
+    assert "recorded again" in p["message"]
 
 
-def test_an_unready_primary_is_kept_within_the_grace_period_or_while_held() -> None:
-    pods = [pod("db-0", ready=False), pod("db-1")]
-    assert plan(pods, lease("db-0"), unready_since="2026-11-24T10:00:25Z", grace_seconds=10)["target"] == "db-0"
-    assert plan(pods, lease("db-0"), unready_since="2026-11-24T10:00:00Z", hold=True)["target"] == "db-0"
-
-
-def test_failover_fences_a_running_primary_first_and_promotes_nobody() -> None:
-    """The old primary is unready but its server still runs: nobody is primary until it has stopped."""
-    pods = [pod("db-0", ready=False), pod("db-1"), pod("db-2")]
-    p = plan(pods, lease("db-0"), unready_since="2026-11-24T10:00:00Z", grace_seconds=10)
-    assert (p["target"], p["holder"], p["fencing"], p["promote"]) == ("", "", "db-0", "db-1")
-    assert p["began"] and not p["changed"] and p["reason"] == "failover"
-    assert p["annotations"][leader.FENCING_SINCE] == NOW and p["annotations"][leader.FENCING_UID] == "uid-db-0"
-
-
-def test_a_terminating_primary_is_not_fenced_until_its_pod_is_gone() -> None:
-    deleting = [pod("db-0", deleting=True), pod("db-1")]
-    assert plan(deleting, fencing("db-0", "db-1"))["target"] == ""
-    gone = [pod("db-1")]
-    p = plan(gone, fencing("db-0", "db-1"))
-    assert (p["target"], p["holder"], p["changed"], p["fencing"]) == ("db-1", "db-1", True, "")
-    assert set(p["annotations"].values()) == {""}
-
-
-@pytest.mark.parametrize(("old", "fenced"), [
-    (pod("db-0", ready=False), False),                                     # still running, as it was
-    (pod("db-0", ready=False, started="2026-11-24T10:00:20Z"), False),     # started in the fence's second
-    (pod("db-0", ready=False, started="2026-11-24T10:00:25Z"), True),      # restarted since: read its label
-    (pod("db-0", ready=False, running=False), True),                       # its server has stopped
-    (pod("db-0", ready=False, uid="another"), True),                       # replaced by a new pod
+@pytest.mark.parametrize("servers", [
+    [pod("db-0"), pod("db-1"), pod("db-2")],                           # nobody labelled primary (re-created)
+    [primary("db-0"), primary("db-1"), pod("db-2")],                   # two say primary
+    [primary("db-0", ready=False), pod("db-1"), pod("db-2")],          # the primary does not serve
 ])
-def test_what_counts_as_fenced(old: dict, fenced: bool) -> None:
-    p = plan([old, pod("db-1")], fencing("db-0", "db-1"))
-    assert (p["target"] == "db-1") is fenced and p["changed"] is fenced
+def test_a_lost_lease_fences_every_server_and_promotes_the_one_with_the_most_wal(servers) -> None:
+    """Never the lowest ordinal by default: every server is labelled replica, their states are read, and the most
+    advanced (timeline, then position) is promoted once none takes writes any more."""
+    begun = plan(servers, {})
+    assert (begun["target"], begun["holder"], begun["reason"], begun["began"]) == ("", "", "recovery", True)
+    assert begun["demote"] == ["db-0", "db-1", "db-2"] and begun["read_states"] == ["db-0", "db-1", "db-2"]
+    recovering = lease("", **begun["annotations"])
+    still_writing = {"db-0": state("0/5000000", recovery="no"), "db-1": state("0/4000000", timeline=2),
+                     "db-2": state("0/3000000")}
+    p = plan(servers, recovering, states=still_writing)
+    assert p["target"] == "" and "waiting for db-0 to stop taking writes" in p["message"]
+    stopped = {**still_writing, "db-0": state("0/5000000", running="no", recovery="")}
+    p = plan(servers, recovering, states=stopped)
+    # db-1's timeline 2 supersedes db-0's history on timeline 1, however far that went
+    assert (p["target"], p["holder"], p["changed"], p["reason"]) == ("db-1", "db-1", True, "recovery")
+    assert "WAL positions: db-0 0/5000000 (timeline 1), db-1 0/4000000 (timeline 2)" in p["message"]
+    assert set(p["annotations"]) >= {leader.DATABASE_UID} and p["annotations"][leader.REASON] == ""
 
 
-def test_a_switchover_waits_in_its_run_for_the_fence_the_plan_began() -> None:
-    """The leader role waits within a switchover's run until the old primary has stopped (sampledb_plan_fenced
-    with the pod's uid and the fence's start as the plan recorded them), then plans again and promotes."""
-    begun = plan([pod("db-0"), pod("db-1")], lease("db-0"), switchover_to="db-1", switchover_reason="switchover")
-    assert begun["fencing"] == "db-0" and begun["annotations"][leader.FENCING_SINCE] == NOW
-    assert not leader.sampledb_plan_fenced([pod("db-0"), pod("db-1")], begun)
-    restarted = pod("db-0", ready=False, started="2026-11-24T10:00:31Z")
-    assert leader.sampledb_plan_fenced([restarted, pod("db-1")], begun)
-    assert leader.sampledb_plan_fenced([pod("db-1")], begun)
-    assert not leader.sampledb_plan_fenced([pod("db-1")], plan([pod("db-0"), pod("db-1")], lease("db-0")))
+def test_a_lost_lease_never_promotes_an_empty_server_or_another_databases_and_waits_for_every_state() -> None:
+    servers = [pod("db-0"), pod("db-1")]
+    recovering = lease("", **plan(servers, {})["annotations"])
+    p = plan(servers, recovering, identity="7000",
+             states={"db-0": state(data="no", running="no", lsn=""), "db-1": state("0/9", sysid="9999")})
+    assert p["target"] == "" and "no server holds this database's data (system identifier 7000)" in p["blocked"]
+    p = plan(servers, recovering, states={"db-0": state("0/9"), "db-1": {"error": "pods/exec is forbidden"}})
+    assert p["target"] == "" and "db-1: pods/exec is forbidden" in p["blocked"]
 
 
-def test_a_switchover_promotes_once_the_old_primarys_server_marked_its_stop_before_its_pod_shows_it() -> None:
-    """fenced.sh saw the old primary's fence mark (its server stopped for its replica label) while its pod still
-    shows the server running and Ready: the run promotes at once. A mark seen on another pod counts for nothing."""
-    pods = [pod("db-0"), pod("db-1"), pod("db-2")]
-    begun = plan(pods, lease("db-0"), requested="db-2", database="db")
-    in_change = lease("", **begun["annotations"])
-    assert plan(pods, in_change)["target"] == ""
-    for other in ("", "db-1", "db-2"):
-        p = plan(pods, in_change, fenced=other)
-        assert (p["target"], p["fencing"], p["changed"]) == ("", "db-0", False), other
-    p = plan(pods, in_change, fenced="db-0")
-    assert (p["target"], p["fencing"], p["changed"], p["reason"]) == ("db-2", "", True, "switchover")
+def test_a_lease_left_by_an_earlier_database_of_that_name_is_not_this_ones() -> None:
+    """A SampleDB deleted and created again before the garbage collector took its Lease: the Lease names a server
+    of the old database (here one that does not exist) and carries the old UID."""
+    old = lease("db-2", uid="earlier-uid", **{leader.FENCING: "db-1"})
+    p = plan([pod("db-0", ready=False, role=None)], old, initialized=False)
+    assert (p["target"], p["bootstrap"], p["fencing"]) == ("db-0", "db-0", "")
+    assert p["annotations"][leader.DATABASE_UID] == UID and "earlier database's" in p["message"]
 
 
-def test_a_primary_already_gone_is_replaced_in_the_same_run() -> None:
-    p = plan([pod("db-1"), pod("db-2")], lease("db-0"), unready_since="2026-11-24T10:00:00Z")
-    assert (p["target"], p["changed"], p["began"], p["current"]) == ("db-1", True, True, "db-0")
+# ---------------------------------------------------------------------------------------------- failover
+
+def test_a_healthy_primary_is_kept_and_its_lease_says_nothing_more() -> None:
+    p = plan([primary("db-0"), pod("db-1")], lease("db-0"))
+    assert p["target"] == "db-0" and not p["fencing"]
+    assert {k: v for k, v in p["annotations"].items() if v} == {leader.DATABASE_UID: UID}
+
+
+def test_since_when_the_primary_is_unready_lives_in_the_lease_and_the_grace_period_runs_from_it() -> None:
+    pods = [primary("db-0", ready=False), pod("db-1")]
+    first = plan(pods, lease("db-0"), grace_seconds=10)
+    assert first["target"] == "db-0" and first["annotations"][leader.UNREADY_SINCE] == NOW
+    recent = plan(pods, unready_since("db-0", "2026-11-24T10:00:25Z"), grace_seconds=10)
+    assert recent["target"] == "db-0" and recent["annotations"][leader.UNREADY_SINCE] == "2026-11-24T10:00:25Z"
+    assert plan(pods, unready_since("db-0"), grace_seconds=10)["fencing"] == "db-0"
+    assert plan(pods, unready_since("db-0"), hold=True)["target"] == "db-0"
+    # ready again: the record goes
+    assert plan([primary("db-0"), pod("db-1")], unready_since("db-0"))["annotations"][leader.UNREADY_SINCE] == ""
+
+
+def test_a_failover_fences_the_old_primary_before_anyone_is_promoted() -> None:
+    pods = [primary("db-0", ready=False), pod("db-1"), pod("db-2")]
+    p = plan(pods, unready_since("db-0"))
+    assert (p["target"], p["holder"], p["fencing"], p["began"], p["changed"]) == ("", "", "db-0", True, False)
+    assert p["annotations"][leader.FENCING_SINCE] == NOW and p["annotations"][leader.FENCING_UID] == "uid-db-0"
+    assert p["demote"] == ["db-0", "db-1", "db-2"]
+
+
+@pytest.mark.parametrize(("old", "fenced", "proven"), [
+    (primary("db-0", ready=False), "", False),                           # still running, as it was
+    (primary("db-0", ready=False, restarts=1), "", False),               # restarted: it may have read its old label
+    (primary("db-0", ready=False), "db-1", False),                       # a mark on another pod proves nothing
+    (primary("db-0", ready=False), "db-0", True),                        # its fence's mark, read by exec
+    (primary("db-0", ready=False, running=False), "", True),             # its server has stopped
+    (primary("db-0", ready=False, uid="another"), "", True),             # replaced by a new pod
+])
+def test_what_counts_as_fenced(old: dict, fenced: str, proven: bool) -> None:
+    p = plan([old, pod("db-1")], fencing("db-0", "db-1"), fenced=fenced)
+    assert (p["target"] == "db-1") is proven and p["changed"] is proven
+
+
+def test_in_sync_mode_the_sole_other_server_is_promoted_without_reading_it() -> None:
+    """Two servers in sync mode: every acknowledged commit waited for the one replica, so it has them all."""
+    p = plan([primary("db-0", running=False), pod("db-1")], fencing("db-0", "db-1"))
+    assert (p["target"], p["changed"], p["read_states"]) == ("db-1", True, [])
+
+
+def test_in_sync_mode_a_failover_promotes_the_most_advanced_once_every_position_is_known() -> None:
+    """ANY 1 of two replicas: either may hold the last acknowledged commit, so both positions are read, and nobody
+    is promoted while one of them cannot be (the shipped RBAC used to forbid exec: the lowest ordinal was promoted)."""
+    pods = [pod("db-1"), pod("db-2")]  # db-0, the old primary, is gone
+    first = plan(pods, fencing("db-0", "db-1"), replicas=3)
+    assert (first["target"], first["read_states"]) == ("", ["db-1", "db-2"])
+    chosen = plan(pods, fencing("db-0", "db-1"), replicas=3,
+                  states={"db-1": state("0/3000148"), "db-2": state("0/3A00000")})
+    assert (chosen["target"], chosen["changed"]) == ("db-2", True)
+    assert chosen["message"].endswith("promoted db-2 (WAL positions: db-1 0/3000148 (timeline 1), "
+                                      "db-2 0/3A00000 (timeline 1))")
+    # among equals, the lowest ordinal
+    assert plan(pods, fencing("db-0", "db-1"), replicas=3,
+                states={"db-1": state("0/9"), "db-2": state("0/9")})["target"] == "db-1"
+    blocked = plan(pods, fencing("db-0", "db-1"), replicas=3,
+                   states={"db-1": state("0/9"), "db-2": {"error": "pods \"db-2\" is forbidden"}})
+    assert blocked["target"] == "" and blocked["fencing"] == "db-0"
+    assert "db-2: pods \"db-2\" is forbidden" in blocked["blocked"] and "in sync mode" in blocked["blocked"]
+    # a server whose pod is gone for now may hold the last commit too
+    gone = plan([pod("db-1")], fencing("db-0", "db-1"), replicas=3, states={"db-1": state("0/9")})
+    assert gone["target"] == "" and "db-2: its pod does not exist" in gone["blocked"]
+    # the most advanced must serve; a less advanced one is not promoted instead
+    slow = plan([pod("db-1"), pod("db-2", ready=False)], fencing("db-0", "db-1"), replicas=3,
+                states={"db-1": state("0/9"), "db-2": state("0/A")})
+    assert slow["target"] == "" and "db-2, is not Ready" in slow["blocked"]
+
+
+def test_a_primary_whose_ordinal_is_gone_for_good_is_replaced_at_once() -> None:
+    """Scaled down while it was the primary (or a Lease naming a server of a bigger database): no grace period."""
+    p = plan([pod("db-0"), pod("db-1")], lease("db-2"), replicas=2)
+    assert (p["began"], p["fencing"], p["read_states"]) == (True, "db-2", ["db-0", "db-1"])
+    p = plan([pod("db-0"), pod("db-1")], lease("", **p["annotations"]), replicas=2,
+             states={"db-0": state("0/8"), "db-1": state("0/9")})
+    assert (p["target"], p["changed"]) == ("db-1", True)
 
 
 def test_no_ready_replica_means_no_fence() -> None:
-    p = plan([pod("db-0", ready=False), pod("db-1", ready=False)], lease("db-0"),
-             unready_since="2026-11-24T10:00:00Z")
+    p = plan([primary("db-0", ready=False), pod("db-1", ready=False)], unready_since("db-0"))
     assert p["target"] == "db-0" and not p["fencing"] and "no replica is Ready" in p["message"]
 
 
 def test_an_old_primary_that_does_not_stop_is_evicted_after_the_timeout() -> None:
-    pods = [pod("db-0", ready=False), pod("db-1")]
+    pods = [primary("db-0", ready=False), pod("db-1")]
     assert plan(pods, fencing("db-0", "db-1", since="2026-11-24T10:00:10Z"), fence_timeout_seconds=30)["evict"] == ""
     p = plan(pods, fencing("db-0", "db-1", since="2026-11-24T09:59:50Z"), fence_timeout_seconds=30)
     assert p["evict"] == "db-0" and p["target"] == ""
 
 
-def test_the_chosen_server_gone_unready_another_ready_one_is_promoted() -> None:
-    p = plan([pod("db-1", ready=False), pod("db-2")], fencing("db-0", "db-1"))
-    assert p["target"] == "db-2"
-
-
-def test_a_switchover_fences_a_healthy_primary_then_promotes_the_named_server() -> None:
-    pods = [pod("db-0"), pod("db-1"), pod("db-2")]
-    p = plan(pods, lease("db-0"), requested="db-2", database="db")
-    assert (p["target"], p["fencing"], p["promote"], p["reason"]) == ("", "db-0", "db-2", "switchover")
-    assert p["refused"] == ""
-    stopped = [pod("db-0", ready=False, started="2026-11-24T10:00:32Z"), pod("db-1"), pod("db-2")]
-    p = plan(stopped, lease("", **p["annotations"]))
-    assert (p["target"], p["changed"], p["reason"]) == ("db-2", True, "switchover")
-
-
-def test_a_switchover_to_an_unready_server_or_the_primary_itself_does_nothing() -> None:
-    pods = [pod("db-0"), pod("db-1", ready=False)]
-    assert plan(pods, lease("db-0"), switchover_to="db-1")["fencing"] == ""
-    assert plan(pods, lease("db-0"), switchover_to="db-0")["fencing"] == ""
-
-
 def test_a_new_pod_of_the_primarys_name_never_labelled_is_not_waited_for() -> None:
     """The primary's pod was deleted and the StatefulSet made a new one: unlabelled, it runs no server."""
-    new_pod = pod("db-0", ready=False, uid="new")
-    del new_pod["metadata"]["labels"]
-    p = plan([new_pod, pod("db-1")], lease("db-0"), unready_since="2026-11-24T10:00:00Z")
+    p = plan([pod("db-0", ready=False, uid="new", role=None), pod("db-1")], unready_since("db-0"))
     assert (p["target"], p["changed"], p["fencing"]) == ("db-1", True, "")
 
 
+# ---------------------------------------------------------------------------------------------- async mode
+
+def test_async_a_failover_begins_only_within_the_lag_bound_of_the_recorded_position() -> None:
+    pods = [primary("db-0", ready=False), pod("db-1"), pod("db-2")]
+    recorded = unready_since("db-0", **{leader.PRIMARY_LSN: "0/5000000"})
+    assert plan(pods, recorded, quorum=0, max_lag=1048576)["read_states"] == ["db-1", "db-2"]
+    far = {"db-1": state("0/3000000"), "db-2": state("0/4EFFFFF")}  # the most advanced is 1 MiB and 1 byte behind
+    held = plan(pods, recorded, quorum=0, max_lag=1048576, states=far)
+    assert (held["began"], held["target"], held["fencing"]) == (False, "db-0", "")
+    assert "db-2, is 1048577 bytes behind its last recorded position 0/5000000" in held["blocked"]
+    assert "maximumLagOnFailover: 1048576 bytes" in held["blocked"]
+    ok = plan(pods, recorded, quorum=0, max_lag=1048576, states={**far, "db-1": state("0/4F00000")})
+    assert (ok["began"], ok["promote"], ok["blocked"]) == (True, "db-1", "")
+    # nothing recorded (exec was refused) or nothing read: fail closed
+    assert "never recorded" in plan(pods, unready_since("db-0"), quorum=0, max_lag=0, states=far)["blocked"]
+    unread = {"db-1": {"error": "forbidden"}, "db-2": {"error": "forbidden"}}
+    assert "could be read" in plan(pods, recorded, quorum=0, max_lag=0, states=unread)["blocked"]
+
+
+def test_async_the_primary_position_is_recorded_once_it_moved_a_quarter_of_the_bound() -> None:
+    def record(recorded: str | None, lsn: str, max_lag=1048576, **kw) -> dict:
+        the_lease = lease("db-0", **({leader.PRIMARY_LSN: recorded} if recorded else {}))
+        line = f"role=primary running=yes recovery=no lsn={lsn}"
+        return leader.sampledb_lsn_to_record(the_lease, {"stdout": line + "\n", "rc": 0, **kw}, max_lag)
+
+    assert record(None, "0/3000148") == {leader.PRIMARY_LSN: "0/3000148"}
+    assert record("0/3000000", "0/303FFFF") == {}  # a busy database's resync writes nothing
+    assert record("0/3000000", "0/3040000") == {leader.PRIMARY_LSN: "0/3040000"}
+    assert record("1/0", "0/3000000") == {leader.PRIMARY_LSN: "0/3000000"}  # a new history (major upgrade)
+    assert record(None, "0/3000148", max_lag="") == {}  # sync mode
+    assert record(None, "0/1", rc=2) == {} and record(None, "0/1", skipped=True) == {}
+
+
+# ---------------------------------------------------------------------------------------------- switchover
+
+def test_a_switchover_takes_only_a_replica_that_streams_and_is_close_behind() -> None:
+    pods = [primary("db-0"), pod("db-1"), pod("db-2")]
+    asked = plan(pods, lease("db-0"), requested="db-2")
+    assert (asked["fencing"], asked["read_states"]) == ("", ["db-0", "db-2"])
+    states = {"db-0": state("0/5000000", recovery="no", streaming="no"), "db-2": state("0/4F00000")}
+    p = plan(pods, lease("db-0"), requested="db-2", states=states)
+    assert (p["fencing"], p["promote"], p["reason"], p["refused"]) == ("db-0", "db-2", "switchover", "")
+    not_streaming = plan(pods, lease("db-0"), requested="db-2", states={**states, "db-2": state(streaming="no")})
+    assert not_streaming["fencing"] == "" and "db-2: it is not streaming" in not_streaming["refused"]
+    behind = plan(pods, lease("db-0"), requested="db-2", states={**states, "db-2": state("0/1000000")},
+                  switchover_max_lag=1 << 20)
+    assert behind["fencing"] == "" and "bytes behind the primary" in behind["refused"]
+    # the upgrade's switchover waits instead of being refused
+    waits = plan(pods, lease("db-0"), switchover_to="db-2", states={**states, "db-2": state(streaming="no")})
+    assert waits["fencing"] == "" and waits["refused"] == "" and "not streaming" in waits["blocked"]
+
+
+def test_a_switchover_promotes_the_named_server_only_if_it_received_where_the_old_primary_stopped() -> None:
+    pods = [primary("db-0"), pod("db-1"), pod("db-2")]
+    in_change = fencing("db-0", "db-2", reason="switchover")
+    p = plan(pods, in_change, fenced="db-0", fenced_lsn="0/5000000",
+             states={"db-1": state("0/5000090"), "db-2": state("0/5000090")})
+    assert (p["target"], p["reason"]) == ("db-2", "switchover")
+    # it did not get the old primary's last record: the most advanced is promoted instead
+    p = plan(pods, in_change, fenced="db-0", fenced_lsn="0/5000000",
+             states={"db-1": state("0/5000090"), "db-2": state("0/4FFFFF0")})
+    assert p["target"] == "db-1"
+    # the mark read on another pod proves nothing
+    assert plan(pods, in_change, fenced="db-1")["target"] == ""
+
+
+def test_a_switchover_to_the_sole_replica_in_sync_mode_needs_no_state() -> None:
+    p = plan([primary("db-0"), pod("db-1")], lease("db-0"), requested="db-1")
+    assert (p["fencing"], p["read_states"]) == ("db-0", [])
+
+
 def test_a_requested_switchover_is_refused_unless_it_names_a_ready_server() -> None:
-    pods = [pod("db-0"), pod("db-1", ready=False)]
-    p = plan(pods, lease("db-0"), requested="db-7", database="db")
+    pods = [primary("db-0"), pod("db-1", ready=False)]
+    p = plan(pods, lease("db-0"), requested="db-7")
     assert p["refused"] == "db-7 is not a server of db (its servers: db-0, db-1)" and not p["fencing"]
-    p = plan(pods, lease("db-0"), requested="db-1", database="db")
-    assert p["refused"] == "db-1 is not Ready" and not p["fencing"]
+    assert plan(pods, lease("db-0"), requested="db-1")["refused"] == "db-1 is not Ready"
 
 
-def test_the_upgrade_roles_switchover_waits_for_its_server_instead_of_being_refused() -> None:
-    pods = [pod("db-0", ready=False), pod("db-1")]
-    p = plan(pods, lease("db-1"), switchover_to="db-0")
-    assert (p["refused"], p["fencing"], p["target"]) == ("", "", "db-1")
-    p = plan([pod("db-0"), pod("db-1")], lease("db-1"), switchover_to="db-0")
-    assert (p["fencing"], p["promote"], p["reason"]) == ("db-1", "db-0", "upgrade")
+# ---------------------------------------------------------------------------------------------- what the role writes
+
+def test_the_servers_metadata_is_written_only_where_it_differs_demotions_first() -> None:
+    pods = [primary("db-0"), pod("db-1", role=None), pod("db-2")]
+    pods[2]["metadata"]["annotations"] = {"sampledb.example.com/servers": "db-0,db-1,db-2",
+                                          "sampledb.example.com/bootstrap": "initdb"}
+    p = {"target": "db-1", "demote": ["db-0", "db-2"], "bootstrap": ""}
+    out = leader.sampledb_server_metadata(pods, p, {"servers": "db-0,db-1,db-2", "fence": "upgrade",
+                                                    "synchronous-standby-names": "ANY 1 (*)"})
+    assert [o["name"] for o in out] == ["db-0", "db-2", "db-1"]
+    by = {o["name"]: o for o in out}
+    assert by["db-0"]["labels"] == {leader.ROLE_LABEL: "replica"} and by["db-1"]["labels"] == {leader.ROLE_LABEL: "primary"}
+    assert by["db-2"]["labels"] == {}
+    assert by["db-2"]["annotations"] == {"sampledb.example.com/bootstrap": None,
+                                         "sampledb.example.com/synchronous-standby-names": "ANY 1 (*)"}
+    assert by["db-1"]["annotations"]["sampledb.example.com/fence"] == "upgrade"
+    assert "sampledb.example.com/fence" not in by["db-0"]["annotations"]
 
 
-def test_a_failover_promotes_the_most_advanced_replica_once_the_old_primary_has_stopped() -> None:
-    """The replica that received the most WAL has every commit a synchronous primary acknowledged: it is
-    promoted, whichever was named when the fence began; among equals, the lowest ordinal."""
-    pods = [pod("db-1"), pod("db-2"), pod("db-3")]  # db-0, the old primary, is gone
-    behind_first = {"db-1": "0/3000148", "db-2": "0/3A00000", "db-3": "0/3A00000"}
-    chosen = plan(pods, fencing("db-0", "db-1"), positions=behind_first)
-    assert chosen["target"] == "db-2"
-    assert chosen["message"].endswith("promoted db-2 (WAL positions: db-1 0/3000148, db-2 0/3A00000, db-3 0/3A00000)")
-    assert plan(pods, fencing("db-0", "db-1"), positions={"db-1": "1/0", "db-3": "0/FFFFFFFF"})["target"] == "db-1"
-    # a replica whose position could not be read is promoted only if nothing else is known
-    assert plan(pods, fencing("db-0", "db-1"), positions={"db-1": "", "db-3": "0/10"})["target"] == "db-3"
-    assert plan(pods, fencing("db-0", "db-1"), positions={})["target"] == "db-1"
-    # a switchover promotes the server the user named (the old primary stopped cleanly: it has everything)
-    assert plan(pods, fencing("db-0", "db-1", reason="switchover"), positions=behind_first)["target"] == "db-1"
+def settled(pods, the_lease, metadata=None, **kw) -> bool:
+    p = plan(pods, the_lease, **kw)
+    return leader.sampledb_plan_settled(p, pods, the_lease, kw.get("requested", ""), kw.get("max_lag"),
+                                        {"app": "db"}, metadata)
+
+
+def test_a_run_that_changes_nothing_is_settled_and_anything_to_do_is_not() -> None:
+    def servers() -> list[dict]:
+        return [primary("db-0"), pod("db-1"), pod("db-2")]
+
+    def recorded(holder: str = "db-0", **annotations: str) -> dict:
+        the_lease = lease(holder, **annotations)
+        the_lease["metadata"]["labels"] = {"app": "db"}
+        return the_lease
+
+    assert settled(servers(), recorded())
+    assert not settled(servers(), recorded(), metadata=[{"name": "db-1"}])
+    assert not settled([pod("db-0"), pod("db-1")], recorded())
+    assert not settled(servers(), {})
+    assert not settled(servers(), recorded("db-1"))
+    assert not settled(servers(), recorded(**{leader.PROMOTE: "db-1"}))
+    assert not settled(servers(), lease("db-0"))  # its labels gone
+    # the primary turned unready: the Lease records since when
+    assert not settled([primary("db-0", ready=False), pod("db-1")], recorded())
+    assert settled([primary("db-0", ready=False), pod("db-1")], recorded(**{leader.UNREADY_SINCE: NOW}))
+    assert not settled(servers(), recorded(), requested="db-1")
+    assert not settled(servers(), recorded(), max_lag=1048576)
+
+
+def test_state_sh_lines_and_exec_results() -> None:
+    line = "role=replica data=yes standby=yes running=no recovery= streaming=no sysid=7 timeline=2 lsn=0/9 fenced=yes"
+    assert leader.sampledb_state(line)["recovery"] == "" and leader.sampledb_state(line)["timeline"] == "2"
+    results = [{"item": "db-1", "stdout": line + "\n", "rc": 0},
+               {"item": "db-2", "failed": True, "msg": "pods \"db-2\" is forbidden"},
+               {"item": "db-3", "skipped": True},
+               {"item": "db-4", "failed": False, "msg": "no preferred addresses found"}]
+    states = leader.sampledb_exec_states(results)
+    assert states["db-1"]["lsn"] == "0/9" and states["db-2"] == {"error": "pods \"db-2\" is forbidden"}
+    assert "db-3" not in states and states["db-4"] == {"error": "no preferred addresses found"}
 
 
 @pytest.mark.parametrize(("text", "number"), [
     ("0/3000148", 0x3000148), ("16/B374D848", 0x16 << 32 | 0xB374D848), ("", None), (None, None), ("garbage", None)])
 def test_wal_positions_are_read_as_postgresql_prints_them(text, number) -> None:
     assert leader.sampledb_lsn(text) == number
-
-
-def test_only_exec_results_that_ran_and_succeeded_count_as_positions() -> None:
-    results = [{"item": "db-1", "stdout": "0/3000148\n", "rc": 0},
-               {"item": "db-2", "failed": True, "msg": "exec is not possible here"},
-               {"item": "db-3", "stdout": "", "stderr": "psql: error", "rc": 2},
-               {"item": "db-4", "skipped": True},
-               {"item": "db-5", "failed": False, "msg": "no preferred addresses found"}]  # failed_when: false
-    assert leader.sampledb_exec_output(results) == {"db-1": "0/3000148"}
-    assert leader.sampledb_exec_errors(results) == [
-        "db-2: exec is not possible here", "db-3: psql: error", "db-5: no preferred addresses found"]
-
-
-def test_async_a_failover_waits_for_a_replica_within_the_lag_bound() -> None:
-    """async mode: no replica further behind the primary's recorded position than maximumLagOnFailover is
-    promoted; the primary is kept (it comes back with its data) and the plan says why."""
-    pods = [pod("db-0", ready=False), pod("db-1"), pod("db-2")]
-    since = "2026-11-24T10:00:00Z"
-    recorded = lease("db-0", **{leader.PRIMARY_LSN: "0/5000000"})
-    # not read yet: the failover may begin, so that the role reads the positions
-    assert plan(pods, recorded, unready_since=since, max_lag=1048576)["began"]
-    far = {"db-1": "0/3000000", "db-2": "0/4EFFFFF"}  # the most advanced is 1 MiB and 1 byte behind
-    held = plan(pods, recorded, unready_since=since, max_lag=1048576, positions=far)
-    assert (held["began"], held["target"], held["fencing"], held["holder"]) == (False, "db-0", "", "db-0")
-    assert held["blocked"] == held["message"]
-    assert "db-2, is 1048577 bytes behind its last recorded position 0/5000000" in held["blocked"]
-    assert "maximumLagOnFailover: 1048576 bytes" in held["blocked"]
-    # within the bound (or a larger bound): the most advanced is chosen
-    ok = plan(pods, recorded, unready_since=since, max_lag=1048576, positions={**far, "db-1": "0/4F00000"})
-    assert (ok["began"], ok["promote"], ok["blocked"]) == (True, "db-1", "")
-    assert plan(pods, recorded, unready_since=since, max_lag=2 << 20, positions=far)["promote"] == "db-2"
-    # no position could be read: none is known to be within the bound
-    assert "no replica's WAL position could be read" in plan(pods, recorded, unready_since=since, max_lag=0,
-                                                             positions={})["blocked"]
-    # sync mode (no bound) or nothing recorded yet: the failover goes on
-    assert plan(pods, recorded, unready_since=since, max_lag="", positions=far)["began"]
-    assert plan(pods, lease("db-0"), unready_since=since, max_lag=0, positions=far)["began"]
-
-
-def test_async_the_primary_position_is_recorded_once_it_moved_a_quarter_of_the_bound() -> None:
-    def record(recorded: str | None, stdout: str, max_lag=1048576, **result) -> dict:
-        the_lease = lease("db-0", **({leader.PRIMARY_LSN: recorded} if recorded else {}))
-        return leader.sampledb_lsn_to_record(the_lease, {"stdout": stdout + "\n", "rc": 0, **result}, max_lag)
-
-    assert record(None, "0/3000148") == {leader.PRIMARY_LSN: "0/3000148"}
-    assert record("0/3000000", "0/303FFFF") == {}  # a busy database's resync writes nothing
-    assert record("0/3000000", "0/3040000") == {leader.PRIMARY_LSN: "0/3040000"}
-    assert record("1/0", "0/3000000") == {leader.PRIMARY_LSN: "0/3000000"}  # a new history (major upgrade)
-    assert record("0/3000000", "0/3000001", max_lag=0) == {leader.PRIMARY_LSN: "0/3000001"}
-    assert record(None, "0/3000148", max_lag="") == {}  # sync mode
-    assert record(None, "", rc=2) == {} and record(None, "0/1", skipped=True) == {}
-
-
-def labelled(p: dict, role: str) -> dict:
-    p["metadata"]["labels"][leader.ROLE_LABEL] = role
-    return p
-
-
-SELECTOR = {"app.kubernetes.io/instance": "db"}
-
-
-def settled(pods, the_lease, requested: str = "", max_lag=None, **kw) -> bool:
-    return leader.sampledb_plan_settled(plan(pods, the_lease, requested=requested, database="db", **kw), pods,
-                                        the_lease, requested, max_lag, SELECTOR)
-
-
-def test_a_run_that_changes_nothing_is_settled_and_anything_to_do_is_not() -> None:
-    def servers() -> list[dict]:
-        return [labelled(pod("db-0"), "primary"), pod("db-1"), pod("db-2")]
-
-    def recorded(holder: str = "db-0", **annotations: str) -> dict:
-        return {**lease(holder, **annotations), "metadata": {"labels": dict(SELECTOR), "annotations": annotations}}
-
-    assert settled(servers(), recorded())
-    # an unready primary within its grace period: nothing to do yet
-    assert settled([labelled(pod("db-0", ready=False), "primary"), pod("db-1")], recorded(),
-                   unready_since="2026-11-24T10:00:25Z")
-    # a label to write: the primary's, a replica's, a new pod's
-    assert not settled([pod("db-0"), pod("db-1")], recorded())
-    assert not settled([labelled(pod("db-0"), "primary"), labelled(pod("db-1"), "primary")], recorded())
-    new = pod("db-2")
-    del new["metadata"]["labels"][leader.ROLE_LABEL]
-    assert not settled([*servers()[:2], new], recorded())
-    # the Lease to write: none yet, another holder, a change still recorded, its labels gone
-    assert not settled(servers(), {})
-    assert not settled(servers(), recorded("db-1"))
-    assert not settled(servers(), recorded(**{leader.PROMOTE: "db-1"}))
-    assert not settled(servers(), lease("db-0"))
-    # a failover due, a switchover asked for (done, refused, or by the upgrade), async mode's position to record
-    assert not settled([labelled(pod("db-0", ready=False), "primary"), pod("db-1")], recorded(),
-                       unready_since="2026-11-24T10:00:00Z")
-    assert not settled(servers(), recorded(), requested="db-1")
-    assert not settled(servers(), recorded(), requested="db-0")
-    assert not settled(servers(), recorded(), requested="db-9")
-    assert not settled(servers(), recorded(), switchover_to="db-2")
-    assert not settled(servers(), recorded(), max_lag=1048576)

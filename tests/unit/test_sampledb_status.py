@@ -62,8 +62,9 @@ def test_a_fenced_primary_is_a_failover_looked_at_every_second() -> None:
 
 
 def test_an_unready_primary_keeps_its_time_and_is_watched() -> None:
-    result = filters.sampledb_status(found(leader_ready=["db-1", "db-2"], ready="2",
-                                           unready_since="2026-11-26T02:59:00Z"))
+    plan = {"target": "db-0", "fencing": "", "changed": False, "promote": "", "reason": "", "message": "",
+            "annotations": {"sampledb.example.com/primary-unready-since": "2026-11-26T02:59:00Z"}}
+    result = filters.sampledb_status(found(leader_ready=["db-1", "db-2"], ready="2", leader_plan=plan))
     assert result["phase"] == "FailingOver"
     assert result["status"]["primaryUnreadySince"] == "2026-11-26T02:59:00Z"
     assert result["requeue_after"] == "3s"
@@ -138,3 +139,29 @@ def test_servers_being_added_to_a_new_database_are_provisioning() -> None:
     assert result["requeue_after"] == "5s"
     scaled = filters.sampledb_status(found(desired=5))  # a Ready database scaled up stays Ready, rolling out
     assert scaled["phase"] == "Ready" and conditions(scaled)["Progressing"] == ("True", "RollingOut")
+
+
+def test_a_failed_step_makes_the_database_degraded_never_ready() -> None:
+    """A step of the run failed (a bad edit that provision cannot apply, say): the servers still serve, but status
+    does not say Ready while runs fail; Degraded names the step and its message, and it is watched closely."""
+    failed = [{"step": "provision", "task": "Apply", "message": "spec.volumeClaimTemplates: Forbidden",
+               "summary": "provision: Apply: spec.volumeClaimTemplates: Forbidden"}]
+    result = filters.sampledb_status(found(failed_steps=failed))
+    assert result["phase"] == "Degraded"
+    assert conditions(result)["Ready"] == ("False", "StepFailing")
+    assert conditions(result)["Degraded"] == ("True", "ProvisionFailed")
+    degraded = next(c for c in result["conditions"] if c["type"] == "Degraded")
+    assert degraded["message"] == "provision: Apply: spec.volumeClaimTemplates: Forbidden"
+    assert result["requeue_after"] == "3s"
+    # a failover in progress says so first
+    plan = {"target": "", "fencing": "db-0", "changed": False, "promote": "db-1", "reason": "failover",
+            "message": "waiting for db-0"}
+    assert filters.sampledb_status(found(failed_steps=failed, leader_plan=plan))["phase"] == "FailingOver"
+
+
+def test_a_blocked_failover_is_degraded_with_the_reason() -> None:
+    plan = {"target": "", "fencing": "db-0", "changed": False, "promote": "db-1", "reason": "failover",
+            "message": "nobody is promoted", "blocked": "the WAL position of db-2 could not be read"}
+    result = filters.sampledb_status(found(leader_plan=plan, leader_ready=["db-1"], ready="1"))
+    assert result["phase"] == "FailingOver"
+    assert conditions(result)["Degraded"] == ("True", "FailoverBlocked")

@@ -3,8 +3,9 @@ gathers it): the phase, the Ready, Progressing and Degraded conditions, the stat
 user wants to hear about, and when to look again.
 
 Phase, first that applies: Failed (the database cannot come up as asked: a failed bootstrap or restore),
-Upgrading, SwitchingOver or FailingOver (the primary is not Ready, or is being or was just replaced),
-Provisioning (not yet Ready once), BackingUp (a backup is running), Ready.
+Upgrading, Provisioning (not yet Ready once), SwitchingOver or FailingOver (the primary is not Ready, or is being or
+was just replaced), Degraded (a step of the run failed: status never says Ready while runs fail), BackingUp (a backup
+is running), Ready.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from ansible.module_utils.parsing.convert_bool import boolean
 
 CHANGING = ("Provisioning", "Upgrading", "FailingOver", "SwitchingOver")
+UNREADY_SINCE = "sampledb.example.com/primary-unready-since"
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -46,6 +48,8 @@ def _phase(f: dict[str, Any], failure: str, primary_ok: bool, failover: bool) ->
         return "SwitchingOver"
     if failover or not (primary_ok or f["hold"]):
         return "FailingOver"
+    if f["failed_steps"]:
+        return "Degraded"
     if f["backup_in_progress"]:
         return "BackingUp"
     return "Ready"
@@ -54,9 +58,12 @@ def _phase(f: dict[str, Any], failure: str, primary_ok: bool, failover: bool) ->
 def _conditions(f: dict[str, Any], phase: str, failure: str, primary: str, primary_ok: bool) -> list[dict[str, str]]:
     ready, desired, initialized = f["ready"], f["desired"], f["initialized"]
     servers = f"{ready} of {desired} servers ready"
-    serving = initialized and primary_ok
+    failing = "; ".join(s.get("summary", "") for s in f["failed_steps"])
+    serving = initialized and primary_ok and not failing
     if serving:
         ready_reason = "Serving"
+    elif failing and initialized and primary_ok:
+        ready_reason = "StepFailing"
     elif failure:
         ready_reason = "Failed"
     else:
@@ -81,14 +88,25 @@ def _conditions(f: dict[str, Any], phase: str, failure: str, primary: str, prima
 
     upgrade_failure = f["upgrade_failure"]
     degraded_servers = initialized and ready < desired
+    first_failed = f["failed_steps"][0] if f["failed_steps"] else {}
+    if first_failed:
+        degraded_reason, degraded_message = f"{first_failed.get('step', '').capitalize()}Failed", failing
+    elif f["blocked"]:
+        degraded_reason, degraded_message = "FailoverBlocked", f["blocked"]
+    elif upgrade_failure:
+        degraded_reason, degraded_message = "UpgradeFailed", upgrade_failure
+    elif degraded_servers:
+        degraded_reason, degraded_message = "ServersNotReady", servers
+    else:
+        degraded_reason, degraded_message = "AllServersHealthy", servers
     return [
         {"type": "Ready", "status": str(serving), "reason": ready_reason,
-         "message": failure or f"{servers}; primary {primary or 'none'}{pending}"},
+         "message": failure or (f"a step failed: {failing}" if failing else "")
+         or f"{servers}; primary {primary or 'none'}{pending}"},
         {"type": "Progressing", "status": str(phase in CHANGING or ready < desired), "reason": progress_reason,
          "message": progress_message},
-        {"type": "Degraded", "status": str(bool(upgrade_failure) or degraded_servers),
-         "reason": "UpgradeFailed" if upgrade_failure else "ServersNotReady" if degraded_servers else "AllServersHealthy",
-         "message": upgrade_failure or servers},
+        {"type": "Degraded", "status": str(degraded_reason != "AllServersHealthy"), "reason": degraded_reason,
+         "message": degraded_message},
     ]
 
 
@@ -128,6 +146,8 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
         "backup_in_progress": _bool(found.get("backup_in_progress")),
         "change_reason": _text(plan.get("reason")),
         "leader_message": _text(plan.get("message")),
+        "blocked": _text(plan.get("blocked")),
+        "failed_steps": [s for s in found.get("failed_steps") or [] if isinstance(s, dict)],
         "running_version": _text(found.get("running_version")),
         "now": _text(found.get("now")),
         **{k: _bool(found.get(k)) for k in ("upgrade_active", "upgrade_completed")},
@@ -159,16 +179,20 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
         "currentPrimary": primary or None,
         "targetPrimary": _text(plan.get("promote")) or None,
         "primaryLease": _text(found.get("lease_name")) or None,
-        "primaryUnreadySince": None if failover else _text(found.get("unready_since")) or None,
+        "primaryUnreadySince": None if failover else _text((plan.get("annotations") or {}).get(UNREADY_SINCE)) or None,
         "upgrade": upgrade,
     }
+    identity = found.get("identity") or {}
+    if isinstance(identity, dict) and (identity.get("systemIdentifier") or identity.get("error")) and \
+            identity.get("checkedAt"):
+        report["identity"] = identity
 
     # sooner than the reconcile period while something is in progress or unhealthy
     requeue = found.get("requeue") or {}
     if fencing:
         requeue_after = requeue.get("fence", "")
     elif phase != "Ready" or f["ready"] < f["desired"]:
-        watching = phase in ("FailingOver", "SwitchingOver", "Ready", "BackingUp")
+        watching = phase in ("FailingOver", "SwitchingOver", "Ready", "BackingUp", "Degraded")
         requeue_after = requeue.get("health" if watching else "progress", "")
     else:
         requeue_after = ""
