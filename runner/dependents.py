@@ -17,21 +17,24 @@ nothing is missed (deleted or changed meanwhile) and nothing is repeated.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
+
 from .apisession import ApiSession
-from .config import GVK, Watch
-from .proxy import PRIMARY_RESOURCE, PRIMARY_RESOURCE_TYPE, OwnWrites
+from .config import GVK, RECORDED_DEPENDENTS_ANNOTATION, Watch
+from .kube import METADATA, METADATA_LIST, ApiError, Kube, NotFound, Resource
+from .ownership import PRIMARY_RESOURCE, PRIMARY_RESOURCE_TYPE, Owner, Target, linked
+from .proxy import OwnWrites
 from .queue import Key
 from .reflector import Reflector
 
 log = logging.getLogger(__name__)
 
-METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 
 
 @dataclass
@@ -129,6 +132,15 @@ class DependentWatcher:
                                   list_accept=METADATA_LIST, watch_accept=METADATA)
             kind.tasks.append(asyncio.create_task(reflector.run(), name=f"dependents-{gvk.kind}-{ns or 'all'}"))
         log.info("watching %s as a dependent kind", gvk)
+
+    def seen(self, owner: Owner, target: Target, meta: dict[str, Any]) -> None:
+        """The proxy saw an object linked to ``owner`` (``meta`` when a run wrote it): its kind is watched."""
+        watch = self.owners.get((owner.gvk.group, owner.gvk.kind))
+        if watch is None:
+            return
+        self.ensure(watch, target.gvk, target.plural, target.namespaced)
+        if meta:
+            self.written(target.gvk, meta)
 
     def written(self, gvk: GVK, meta: dict[str, Any]) -> None:
         """A run wrote this dependent (through the proxy). Remembered as if watched, so that a relist after a
@@ -235,66 +247,129 @@ class DependentWatcher:
             self.trigger(kind, meta, owners, "changed")
 
 
+# Held on an owner while it has recorded dependents (the name predates the records by UID).
 CLEANUP_FINALIZER = "playbook-operator.dev/cleanup-annotated-dependents"
-ANNOTATED_KINDS = "playbook-operator.dev/annotated-dependents"
+# Records are kept short: past this many, those of objects already gone are dropped first.
+PRUNE_AT = 100
 
 
-class AnnotatedCleanup:
-    """Objects linked to their owner by annotations (cluster-scoped, or in another namespace) are not
-    garbage-collected by Kubernetes. The runtime records their kinds on the owner, holds the owner with a
-    finalizer of its own, and deletes them when the owner is deleted (also after an operator restart)."""
+class CleanupFailed(Exception):
+    """Recorded dependents that could not be deleted, each with the API server's answer."""
 
-    def __init__(self, kube: Any) -> None:
+
+@dataclass(frozen=True)
+class Recorded:
+    path: str  # the object's API path
+    uid: str
+
+    @property
+    def name(self) -> str:
+        """namespace/name (or name), for messages."""
+        parts = self.path.split("/")
+        return f"{parts[parts.index('namespaces') + 1]}/{parts[-1]}" if "namespaces" in parts else parts[-1]
+
+
+def object_path(target: Target, meta: dict[str, Any]) -> str:
+    g = target.gvk
+    base = f"/apis/{g.group}/{g.version}" if g.group else f"/api/{g.version}"
+    namespace = meta.get("namespace")
+    return f"{base}/namespaces/{namespace}/{target.plural}/{meta['name']}" if target.namespaced and namespace \
+        else f"{base}/{target.plural}/{meta['name']}"
+
+
+def recorded(obj: dict[str, Any]) -> list[Recorded]:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(RECORDED_DEPENDENTS_ANNOTATION)
+    try:
+        entries = json.loads(raw) if raw else []
+        return [Recorded(str(e["path"]), str(e["uid"])) for e in entries]
+    except (ValueError, TypeError, KeyError):
+        log.warning("ignoring the unreadable annotation %s of %s %s", RECORDED_DEPENDENTS_ANNOTATION,
+                    obj.get("kind"), (obj.get("metadata") or {}).get("name"))
+        return []
+
+
+class DependentRecords:
+    """Objects linked to their owner by annotations (cluster-scoped, or in another namespace) are beyond
+    garbage collection. Each one a run creates is recorded on its owner when it is created, by path and UID
+    (``RECORDED_DEPENDENTS_ANNOTATION``), and the owner is held by the runtime's finalizer; when the owner is
+    deleted, exactly those objects are deleted, each only if it is still the object recorded (its UID, as a
+    precondition of the DELETE) and still names this owner. No lists: what a run only changed is never
+    deleted, and the operator needs no cluster-wide access for it."""
+
+    def __init__(self, kube: Kube, resource_of: Callable[[GVK], Awaitable[Resource]]) -> None:
         self.kube = kube
-        self._recorded: set[tuple[str, str]] = set()
+        self.resource_of = resource_of
 
-    async def record(self, owner_res: Any, namespace: str, name: str, uid: str, gvk: GVK, plural: str) -> None:
-        """Adds the kind to the owner's list and our finalizer to the owner."""
-        entry = f"{gvk.group}/{gvk.version}/{plural}"
-        if (uid, entry) in self._recorded:
-            return
+    async def record(self, owner: Owner, target: Target, meta: dict[str, Any]) -> None:
+        entry = Recorded(object_path(target, meta), meta["uid"])
+        res = await self.resource_of(owner.gvk)
         for _ in range(8):
-            obj = await self.kube.get_or_none(owner_res, namespace, name)
-            if obj is None or obj["metadata"].get("uid") != uid or obj["metadata"].get("deletionTimestamp"):
+            obj = await self.kube.get_or_none(res, owner.namespace, owner.name)
+            if obj is None or obj["metadata"].get("uid") != owner.uid:
+                raise NotFound(f"{owner.kind} {owner.namespace}/{owner.name}")
+            if obj["metadata"].get("deletionTimestamp"):  # no finalizer can be added any more
+                raise ApiError(409, "Conflict", f"{owner.kind} {owner.namespace}/{owner.name} is being deleted")
+            entries = recorded(obj)
+            if entry in entries:
                 return
-            meta = obj["metadata"]
-            kinds = [k for k in (meta.get("annotations") or {}).get(ANNOTATED_KINDS, "").split(",") if k]
-            finalizers = list(meta.get("finalizers") or [])
-            if entry in kinds and CLEANUP_FINALIZER in finalizers:
-                break
-            patch = {"metadata": {"resourceVersion": meta["resourceVersion"],
-                                  "annotations": {ANNOTATED_KINDS: ",".join(sorted({*kinds, entry}))},
-                                  "finalizers": finalizers + ([CLEANUP_FINALIZER] if CLEANUP_FINALIZER not in finalizers else [])}}
+            if len(entries) >= PRUNE_AT:
+                entries = [e for e in entries if await self._still_there(e)]
+            meta_now = obj["metadata"]
+            finalizers = list(meta_now.get("finalizers") or [])
+            patch = {"metadata": {
+                "resourceVersion": meta_now["resourceVersion"],
+                "annotations": {RECORDED_DEPENDENTS_ANNOTATION: json.dumps(
+                    [{"path": e.path, "uid": e.uid} for e in [*entries, entry]], separators=(",", ":"))},
+                "finalizers": finalizers + ([CLEANUP_FINALIZER] if CLEANUP_FINALIZER not in finalizers else [])}}
             try:
-                await self.kube.patch(owner_res, namespace, name, patch)
-                break
-            except Exception as exc:
-                if getattr(exc, "status", None) != 409:
+                await self.kube.patch(res, owner.namespace, owner.name, patch)
+                return
+            except ApiError as exc:
+                if exc.status != 409:
                     raise
-        self._recorded.add((uid, entry))
+        raise ApiError(409, "Conflict", f"{owner.kind} {owner.namespace}/{owner.name} kept changing")
+
+    async def _still_there(self, entry: Recorded) -> bool:
+        try:
+            meta = (await self.kube.request("GET", entry.path, accept=METADATA) or {}).get("metadata") or {}
+        except NotFound:
+            return False
+        return meta.get("uid") == entry.uid
 
     async def cleanup(self, owner: dict[str, Any], owner_gvk: GVK) -> int:
-        """Deletes every recorded-kind object annotated as this owner's; returns how many."""
-        meta = owner["metadata"]
-        want = f"{meta.get('namespace') or ''}/{meta['name']}"
-        want_type = f"{owner_gvk.kind}.{owner_gvk.group}" if owner_gvk.group else owner_gvk.kind
-        deleted = 0
-        for entry in filter(None, (meta.get("annotations") or {}).get(ANNOTATED_KINDS, "").split(",")):
-            group, version, plural = entry.split("/")
-            base = f"/apis/{group}/{version}" if group else f"/api/{version}"
-            items = (await self.kube.request("GET", f"{base}/{plural}")).get("items", [])
-            for item in items:
-                m = item["metadata"]
-                if m.get("ownerReferences"):
-                    continue  # garbage-collected with its own owner (also what older runs recorded)
-                ann = m.get("annotations") or {}
-                if ann.get(PRIMARY_RESOURCE) == want and ann.get(PRIMARY_RESOURCE_TYPE) == want_type:
-                    path = f"{base}/namespaces/{m['namespace']}/{plural}/{m['name']}" if m.get("namespace") \
-                        else f"{base}/{plural}/{m['name']}"
-                    try:
-                        await self.kube.request("DELETE", path)
-                        deleted += 1
-                    except Exception as exc:
-                        if getattr(exc, "status", None) != 404 and type(exc).__name__ != "NotFound":
-                            raise
+        """Deletes what was recorded on ``owner``; returns how many. Raises CleanupFailed, naming each object
+        the API server did not let go (the owner keeps the finalizer until they go)."""
+        namespace = (owner.get("metadata") or {}).get("namespace") or ""
+        me = Owner(owner.get("apiVersion", ""), owner.get("kind", ""), owner["metadata"]["name"], namespace,
+                   owner["metadata"]["uid"], owner_gvk)
+        deleted, failures = 0, []
+        for entry in recorded(owner):
+            try:
+                deleted += await self._delete(entry, me)
+            except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
+                failures.append(f"{entry.name} ({entry.path}): {exc or type(exc).__name__}")
+        if failures:
+            raise CleanupFailed("could not delete the dependents recorded for it: " + "; ".join(failures))
         return deleted
+
+    async def _delete(self, entry: Recorded, owner: Owner) -> int:
+        try:
+            meta = (await self.kube.request("GET", entry.path, accept=METADATA) or {}).get("metadata") or {}
+        except NotFound:
+            return 0
+        if meta.get("uid") != entry.uid:
+            return 0  # another object of that name now: not ours to delete
+        if linked(meta, owner) is None:
+            log.warning("not deleting %s: it no longer names %s %s as its owner", entry.path, owner.kind, owner.name)
+            return 0
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": entry.uid},
+                   "propagationPolicy": "Background"}
+        try:
+            await self.kube.request("DELETE", entry.path, options)
+        except NotFound:
+            return 0
+        except ApiError as exc:
+            if exc.status == 409:  # the precondition: the recorded object is gone, another has its name
+                return 0
+            raise
+        return 1

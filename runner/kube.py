@@ -19,6 +19,9 @@ from .config import GVK
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+# What to Accept for an object's metadata only (or a list of them): less to send and to parse.
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 JSON_PATCH = "application/json-patch+json"
 # A request the API server does not answer in this time has gone astray; the caller's retry decides.
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=10)
@@ -70,8 +73,8 @@ class Kube:
         self._resources: dict[GVK, Resource] = {}
 
     async def request(self, method: str, path: str, body: Any = None, content_type: str | None = None,
-                      query: list[tuple[str, Any]] | None = None) -> Any:
-        headers = {"Accept": "application/json"}
+                      query: list[tuple[str, Any]] | None = None, accept: str = "application/json") -> Any:
+        headers = {"Accept": accept}
         data = None
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"

@@ -21,11 +21,12 @@ from . import leader as leader_mod
 from .ansible import CALLBACK_DIR, COLLECTIONS_DIR
 from .apisession import ApiSession
 from .config import GVK, RunConfig, Watch
-from .dependents import AnnotatedCleanup, DependentWatcher
+from .dependents import DependentRecords, DependentWatcher
 from .execution import Executor
 from .kopf_without_client import kopf
 from .kube import Kube
-from .proxy import Owner, OwnerProxy, OwnWrites
+from .ownership import Owner
+from .proxy import OwnerProxy, OwnWrites
 from .queue import CHANGE, Backoff, WorkQueue
 from .queue import Outcome as QueueOutcome
 from .reconcile import Reconciler, Settings
@@ -178,7 +179,8 @@ class Operator:
         return self.exit_code
 
     def _serve(self, watch: Watch, api: ApiSession, kube: Kube, executor: Executor, global_cap: asyncio.Semaphore,
-               run_env: ProxyEnvironment, playbooks: dict[str, Path]) -> tuple[WorkQueue, PrimaryKind]:
+               run_env: ProxyEnvironment, records: DependentRecords,
+               playbooks: dict[str, Path]) -> tuple[WorkQueue, PrimaryKind]:
         """One kind's queue, reconciler, cache and watch: changes the cache sees queue the reconciler's runs."""
         cfg = self.cfg
 
@@ -191,7 +193,7 @@ class Operator:
         store = ObjectStore(watch, queue)
         primary = PrimaryKind(api, kube, watch, store, cfg.watch_namespaces)
         settings = Settings(cfg.reconcile_period, cfg.artifacts_dir, cfg.ansible_args, cfg.ansible_log_events)
-        reconciler = Reconciler(watch, primary, settings, kube, executor, store, playbooks, run_env)
+        reconciler = Reconciler(watch, primary, settings, kube, executor, store, playbooks, run_env, records)
         self.primaries.append(primary)
         self.queues.append(queue)
         queue.start()
@@ -216,35 +218,16 @@ class Operator:
             res = by_gvk[gvk][2].resource if gvk in by_gvk else None
             return res.namespaced if res is not None else True
 
-        watcher = DependentWatcher(api, self.watches, cfg.watch_namespaces, OwnWrites(), enqueue_owner,
+        own_writes = OwnWrites()
+        watcher = DependentWatcher(api, self.watches, cfg.watch_namespaces, own_writes, enqueue_owner,
                                    owner_namespaced)
-
-        cleanup = AnnotatedCleanup(kube)
-        background: set[asyncio.Task[None]] = set()
-
-        async def record_annotated(owner_gvk: GVK, owner: Owner, gvk: GVK, plural: str) -> None:
-            res = await kube.discover(owner_gvk)  # cached: the reconciler resolved it before the run
-            await cleanup.record(res, owner.namespace, owner.name, owner.uid, gvk, plural)
-
-        def on_dependent(owner: Owner, gvk: GVK, plural: str, namespaced: bool, annotated: bool,
-                         meta: dict[str, Any]) -> None:
-            if owner.gvk not in by_gvk:
-                return
-            watch = by_gvk[owner.gvk][0]
-            watcher.ensure(watch, gvk, plural, namespaced)
-            watcher.written(gvk, meta)
-            if annotated:
-                task = asyncio.create_task(record_annotated(watch.gvk, owner, gvk, plural))
-                background.add(task)
-                task.add_done_callback(background.discard)
-
-        proxy = OwnerProxy(api, cfg.inject_owner_ref, on_dependent, port=cfg.proxy_port)
-        watcher.own_writes = proxy.own_writes
+        records = DependentRecords(kube, lambda gvk: by_gvk[gvk][2].get())
+        proxy = OwnerProxy(api, cfg.inject_owner_ref, watcher, records, own_writes, port=cfg.proxy_port)
         await proxy.start()
         run_env = ProxyEnvironment(proxy)
         serving: list[asyncio.Task[None]] = []
         for watch in self.watches:
-            queue, primary = self._serve(watch, api, kube, executor, global_cap, run_env,
+            queue, primary = self._serve(watch, api, kube, executor, global_cap, run_env, records,
                                          write_playbooks(watch, playbook_root))
             by_gvk[watch.gvk] = (watch, queue, primary)
             serving.append(asyncio.create_task(primary.run(), name=f"watch-{watch.gvk.kind}"))

@@ -4,11 +4,11 @@ Each run gets a kubeconfig that points at this proxy with a one-off token as its
 knows which object the run is for from the token, forwards every request with the operator's own
 credentials, and on the way:
 
-- adds an ownerReference to the run's object (controller, blockOwnerDeletion) to objects the role
-  creates or updates in the object's namespace (or anywhere, when the owner is cluster-scoped), and the
-  annotations ``operator-sdk/primary-resource`` / ``-type`` to cluster-scoped objects and objects in
-  other namespaces, whatever module or tool the role uses;
-- tells the dependent watcher about every kind it sees owned this way, so changes to those objects
+- links what a run creates to the run's object (``ownership.py``: an ownerReference, or the
+  primary-resource annotations across namespaces and scopes), whatever module or tool the role uses, and
+  nothing a run only changes; annotation-linked objects are recorded on their owner by UID at creation, for
+  the runtime to delete with it;
+- tells the dependent watcher about every kind it sees linked this way, so changes to those objects
   bring their owner back (also after a restart: the first run re-reads its dependents through here);
 - remembers the resourceVersions its writes produced, so the role's own writes do not trigger runs.
 
@@ -26,22 +26,30 @@ import os
 import secrets
 import tempfile
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
-import yaml
 from aiohttp import WSMsgType, hdrs, web
 
 from .apisession import ApiSession
 from .config import GVK
+from .kube import METADATA
+from .ownership import (
+    APPLY_PATCH,
+    Link,
+    Owner,
+    Target,
+    decide,
+    linked,
+    needs_live_object,
+    parse_body,
+    with_link,
+)
 
 log = logging.getLogger(__name__)
 
-PRIMARY_RESOURCE = "operator-sdk/primary-resource"
-PRIMARY_RESOURCE_TYPE = "operator-sdk/primary-resource-type"
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
               "transfer-encoding", "upgrade", "host", "authorization", "content-length",
               # aiohttp decompresses upstream bodies itself; pass them on as plain bytes
@@ -52,27 +60,8 @@ NAMESPACE_SUBRESOURCES = {"status", "finalize"}
 STREAM_SUBRESOURCES = {"exec", "attach", "portforward"}
 # Events are records about objects, not parts of them: never owned, never watched as dependents.
 NOT_DEPENDENTS = {("", "events"), ("events.k8s.io", "events")}
-
-
-@dataclass(frozen=True)
-class Owner:
-    api_version: str
-    kind: str
-    name: str
-    namespace: str  # "" when cluster-scoped
-    uid: str
-    gvk: GVK
-    inject: bool = True  # False for finalizer runs: what they create must outlive the owner
-
-    @property
-    def reference(self) -> dict[str, Any]:
-        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid,
-                "controller": True, "blockOwnerDeletion": True}
-
-    @property
-    def annotations(self) -> dict[str, str]:
-        group = f".{self.gvk.group}" if self.gvk.group else ""
-        return {PRIMARY_RESOURCE: f"{self.namespace}/{self.name}", PRIMARY_RESOURCE_TYPE: f"{self.kind}{group}"}
+# The proxy's own requests (discovery, an object's metadata): an answer that does not come is an error.
+UPSTREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=60)
 
 
 @dataclass(frozen=True)
@@ -124,21 +113,24 @@ def parse_path(path: str) -> RequestInfo | None:
 
 
 class ResourceIndex:
-    """Plural → (kind, namespaced), from discovery, cached per group/version."""
+    """Plural → the kind (and whether it is namespaced), from discovery, cached per group/version."""
 
     def __init__(self, api: ApiSession) -> None:
         self.api = api
-        self._cache: dict[tuple[str, str], dict[str, tuple[str, bool]]] = {}
+        self._cache: dict[tuple[str, str], dict[str, Target]] = {}
 
-    async def lookup(self, group: str, version: str, plural: str) -> tuple[str, bool] | None:
+    async def lookup(self, group: str, version: str, plural: str) -> Target | None:
+        """None when the API server serves no such resource; raises when it cannot be asked."""
         key = (group, version)
         if key not in self._cache or plural not in self._cache[key]:
             path = f"/apis/{group}/{version}" if group else f"/api/{version}"
-            async with self.api.request("GET", path) as resp:
-                if resp.status != 200:
+            async with self.api.request("GET", path, timeout=UPSTREAM_TIMEOUT) as resp:
+                if resp.status == 404:
                     return None
+                if resp.status != 200:
+                    raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status, message=resp.reason or "")
                 listing = await resp.json()
-            self._cache[key] = {r["name"]: (r["kind"], bool(r.get("namespaced")))
+            self._cache[key] = {r["name"]: Target(GVK(group, version, r["kind"]), r["name"], bool(r.get("namespaced")))
                                 for r in listing.get("resources", []) if "/" not in r["name"]}
         return self._cache[key].get(plural)
 
@@ -184,15 +176,26 @@ class OwnWrites:
             await asyncio.wait_for(self._settled.wait_for(lambda: key not in self._in_flight), timeout)
 
 
+class DependentWatcher(Protocol):
+    def seen(self, owner: Owner, target: Target, meta: dict[str, Any]) -> None:
+        """An object linked to ``owner`` went through: watch its kind, remember it."""
+
+
+class DependentRecords(Protocol):
+    async def record(self, owner: Owner, target: Target, meta: dict[str, Any]) -> None:
+        """``owner``'s run created this annotation-linked object: record it on the owner, by UID."""
+
+
 class OwnerProxy:
-    def __init__(self, api: ApiSession, inject_owner_ref: bool,
-                 on_dependent: Callable[[Owner, GVK, str, bool, bool, dict[str, Any]], None],
-                 kubeconfig_dir: Path | None = None, port: int = 0) -> None:
+    def __init__(self, api: ApiSession, inject_owner_ref: bool, watcher: DependentWatcher,
+                 records: DependentRecords, own_writes: OwnWrites, kubeconfig_dir: Path | None = None,
+                 port: int = 0) -> None:
         self.api = api
         self.inject = inject_owner_ref
-        self.on_dependent = on_dependent
+        self.watcher = watcher
+        self.records = records
         self.index = ResourceIndex(api)
-        self.own_writes = OwnWrites()
+        self.own_writes = own_writes
         self._tokens: dict[str, Owner] = {}
         self._dir = kubeconfig_dir or Path(tempfile.mkdtemp(prefix="playbook-operator-kubeconfigs-"))
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -266,15 +269,22 @@ class OwnerProxy:
             return await self._upgrade(request)
         body = await request.read() if request.can_read_body else None
         info = parse_path(request.path)
-        target: tuple[str, bool] | None = None
+        linking = bool(body) and self.inject and owner.inject and request.method in ("POST", "PUT", "PATCH")
+        target: Target | None = None
         if info is not None and info.subresource is None and (info.group, info.resource) not in NOT_DEPENDENTS:
             try:
                 target = await self.index.lookup(info.group, info.version, info.resource)
-            except Exception as exc:
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if linking:  # as the Go proxy: better no write than an object created without its owner
+                    return _status(500, f"unable to determine the kind of {request.path} (discovery: {exc}): "
+                                        "refusing to write it without its owner reference")
                 log.debug("discovery for %s failed: %s", request.path, exc)
-        if body and self.inject and owner.inject and info is not None and target is not None \
-                and request.method in ("POST", "PUT", "PATCH"):
-            body = self._inject(request, info, target, owner, body)
+        link = None
+        if linking and info is not None and target is not None and info.subresource is None:
+            try:
+                body, link = await self._link(request, info, target, owner, body or b"")
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                return _status(500, f"unable to read {request.path} to decide its owner: {exc}")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         write_key = None
         if info is not None and info.name and request.method in ("PUT", "PATCH", "DELETE"):
@@ -285,12 +295,40 @@ class OwnerProxy:
                     and info.subresource is None and "dryRun" not in request.query:
                 unchanged = await self._current_if_noop(request, body)
                 if unchanged is not None:
-                    self._observe("GET", info, target, owner, unchanged)
+                    await self._observe(request, info, target, owner, unchanged, 200, None)
                     return web.Response(status=200, body=unchanged, content_type="application/json")
-            return await self._forward(request, info, target, owner, headers, body)
+            return await self._forward(request, info, target, owner, headers, body, link)
         finally:
             if write_key is not None:
                 await self.own_writes.end(write_key)
+
+    async def _link(self, request: web.Request, info: RequestInfo, target: Target, owner: Owner,
+                    body: bytes) -> tuple[bytes, Link | None]:
+        """The body with the link this write must carry (``ownership.decide``), and that link."""
+        ctype = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
+        if request.method == "PATCH" and ctype != APPLY_PATCH:
+            return body, None  # a merge, strategic or JSON patch changes an object: it never links it
+        obj = parse_body(body)
+        if obj is None:
+            return body, None
+        live = None
+        if needs_live_object(request.method, ctype):
+            live = await self._live_metadata(request.path)
+        namespace = info.namespace or obj["metadata"].get("namespace") or ""
+        link = decide(request.method, ctype, obj["metadata"], live, owner, target, namespace)
+        if link is None:
+            return body, None
+        return json.dumps(with_link(obj, owner, link, live)).encode(), link
+
+    async def _live_metadata(self, path: str) -> dict[str, Any] | None:
+        """The object's metadata as it is now; None if it does not exist."""
+        async with self.api.request("GET", path, headers={"Accept": METADATA}, timeout=UPSTREAM_TIMEOUT) as resp:
+            if resp.status == 404:
+                return None
+            resp.raise_for_status()
+            obj = await resp.json()
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        return meta if isinstance(meta, dict) else {}
 
     async def _current_if_noop(self, request: web.Request, body: bytes | None) -> bytes | None:
         """The object as it is, when this merge patch cannot change it: then the write is not sent. A role
@@ -303,7 +341,7 @@ class OwnerProxy:
             patch = json.loads(body)
         except ValueError:
             return None
-        async with self.api.request("GET", request.path) as upstream:
+        async with self.api.request("GET", request.path, timeout=UPSTREAM_TIMEOUT) as upstream:
             if upstream.status != 200:
                 return None
             data = await upstream.read()
@@ -313,8 +351,8 @@ class OwnerProxy:
             return None
         return data if patch_is_noop(patch, current) else None
 
-    async def _forward(self, request: web.Request, info: RequestInfo | None, target: tuple[str, bool] | None,
-                       owner: Owner, headers: dict[str, str], body: bytes | None) -> web.StreamResponse:
+    async def _forward(self, request: web.Request, info: RequestInfo | None, target: Target | None, owner: Owner,
+                       headers: dict[str, str], body: bytes | None, link: Link | None) -> web.StreamResponse:
         async with self.api.request(request.method, request.path_qs, headers=headers, data=body) as upstream:
             resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for k, v in upstream.headers.items():
@@ -323,11 +361,13 @@ class OwnerProxy:
             single = (info is not None and target is not None and info.subresource is None
                       and (info.name or request.method == "POST") and "watch" not in request.query)
             if single and upstream.status < 300:
+                assert info is not None and target is not None
                 data = await upstream.read()
+                # before the role has the answer: a run that ended has recorded what it created
+                await self._observe(request, info, target, owner, data, upstream.status, link)
                 await resp.prepare(request)
                 await resp.write(data)
                 await resp.write_eof()
-                self._observe(request.method, info, target, owner, data)
                 return resp
             await resp.prepare(request)
             async for chunk in upstream.content.iter_any():
@@ -383,42 +423,8 @@ class OwnerProxy:
         code = status if status >= 400 else 502
         return _status(code, f"the API server refused the upgrade of {request.path} ({status})")
 
-    def _inject(self, request: web.Request, info: RequestInfo, target: tuple[str, bool], owner: Owner,
-                body: bytes) -> bytes:
-        ctype = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
-        if ctype == "application/json-patch+json":
-            return body  # a list of operations: nothing safe to add
-        try:
-            obj = json.loads(body)
-        except ValueError:
-            try:
-                obj = yaml.safe_load(body)
-            except yaml.YAMLError:
-                return body
-        if not isinstance(obj, dict):
-            return body
-        meta = obj.setdefault("metadata", {})
-        if not isinstance(meta, dict):
-            return body
-        _, namespaced = target
-        dep_namespace = info.namespace or meta.get("namespace") or ""
-        owned = not owner.namespace or (namespaced and dep_namespace == owner.namespace)
-        if owned and ctype != "application/merge-patch+json":
-            # A JSON merge patch replaces the whole list: adding ours there would drop other owners.
-            refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, dict)]
-            if not any(r.get("uid") == owner.uid for r in refs):
-                ref = owner.reference
-                if any(r.get("controller") for r in refs):
-                    ref["controller"] = False  # only one controller; keep the existing one
-                refs.append(ref)
-                meta["ownerReferences"] = refs
-        elif not owned:
-            meta["annotations"] = {**(meta.get("annotations") or {}), **owner.annotations}
-        else:
-            return body
-        return json.dumps(obj).encode()
-
-    def _observe(self, method: str, info: RequestInfo, target: tuple[str, bool], owner: Owner, data: bytes) -> None:
+    async def _observe(self, request: web.Request, info: RequestInfo, target: Target, owner: Owner, data: bytes,
+                       status: int, link: Link | None) -> None:
         try:
             obj = json.loads(data)
         except ValueError:
@@ -426,18 +432,18 @@ class OwnerProxy:
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         if not isinstance(meta, dict):
             return
-        if method in ("POST", "PUT", "PATCH") and meta.get("resourceVersion"):
+        write = request.method in ("POST", "PUT", "PATCH")
+        if write and meta.get("resourceVersion"):
             self.own_writes.add(meta["resourceVersion"])
-        owned = any(isinstance(r, dict) and r.get("uid") == owner.uid for r in meta.get("ownerReferences") or [])
-        ann = meta.get("annotations") or {}
-        annotated = all(ann.get(k) == v for k, v in owner.annotations.items())
-        if owned or annotated:
-            kind, namespaced = target
-            # Only an object nobody owns needs the runtime to delete it with its owner: one with an owner of
-            # its own (a pod of a StatefulSet, annotated for its events) goes with that owner.
-            unowned = not meta.get("ownerReferences")
-            self.on_dependent(owner, GVK(info.group, info.version, kind), info.resource, namespaced, unowned,
-                              meta if method in ("POST", "PUT", "PATCH") else {})
+        if linked(meta, owner) is None:
+            return
+        self.watcher.seen(owner, target, meta if write else {})
+        if link is Link.ANNOTATIONS and status == 201 and "dryRun" not in request.query:
+            try:
+                await self.records.record(owner, target, meta)
+            except Exception as exc:  # the object exists; what cannot be recorded is left behind, as by Go
+                log.warning("could not record %s %s/%s as a dependent of %s %s/%s: %s", target.gvk.kind,
+                            meta.get("namespace") or "", meta.get("name"), owner.kind, owner.namespace, owner.name, exc)
 
 
 async def _pump(src: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,

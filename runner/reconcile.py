@@ -26,7 +26,7 @@ from .config import (
     parse_duration,
     positive,
 )
-from .dependents import CLEANUP_FINALIZER, AnnotatedCleanup
+from .dependents import CLEANUP_FINALIZER, CleanupFailed, DependentRecords
 from .events import Recorder
 from .execution import Executor, RunRequest, RunResult
 from .kube import JSON_PATCH, ApiError, Gone, Kube, NotFound, Resource
@@ -79,7 +79,8 @@ def _int_annotation(obj: dict[str, Any], name: str, default: int) -> int:
 
 class Reconciler:
     def __init__(self, watch: Watch, resource: ResourceSource, settings: Settings, kube: Kube, executor: Executor,
-                 source: ObjectSource, playbooks: dict[str, Path], run_env: RunEnvironment) -> None:
+                 source: ObjectSource, playbooks: dict[str, Path], run_env: RunEnvironment,
+                 records: DependentRecords) -> None:
         self.watch = watch
         self._resource = resource
         self.res: Resource  # resolved on the first reconcile (the CRD may come after the operator)
@@ -90,7 +91,7 @@ class Reconciler:
         self.playbooks = playbooks  # "main" and, with a finalizer role/playbook, "finalizer"
         self.run_env = run_env
         self.status = status.StatusWriter(kube)
-        self.cleanup = AnnotatedCleanup(kube)
+        self.records = records
         self.recorder = Recorder(kube)
         self.kind = watch.gvk.kind
         # at zero from the start, so that "no failures" is a series and rate() over it has data
@@ -277,10 +278,18 @@ class Reconciler:
         return Outcome(error=True) if not outcome.ok else Outcome(resync_after=resync)
 
     async def _after_finalizer(self, key: Key, obj: dict[str, Any]) -> Outcome:
-        """The role's finalizer (if any) is done: the annotation-linked dependents go now, in this same
-        reconcile (no further event may come to trigger it), then Kubernetes removes the object."""
+        """The role's finalizer (if any) is done: the annotation-linked dependents recorded for the object go
+        now, in this same reconcile (no further event may come to trigger it), then Kubernetes removes it.
+        What cannot be deleted keeps the object, and says why on it."""
         if CLEANUP_FINALIZER in (obj["metadata"].get("finalizers") or []):
-            count = await self.cleanup.cleanup(obj, self.watch.gvk)
+            try:
+                count = await self.records.cleanup(obj, self.watch.gvk)
+            except CleanupFailed as exc:
+                message = (f"{exc}. They stay, and so does this {self.kind} (finalizer {CLEANUP_FINALIZER}) "
+                           "until they can be deleted; remove the finalizer to leave them behind.")
+                log.warning("%s %s/%s: %s", self.kind, *key, message)
+                await self._finish_failed(obj, [message], None, reason="CleanupFailed")
+                return Outcome(error=True)
             log.info("deleted %d annotation-linked dependent(s) of %s %s/%s", count, self.kind, *key)
             try:
                 await self._update_finalizers(key, obj, lambda f: [x for x in f if x != CLEANUP_FINALIZER])
@@ -289,14 +298,14 @@ class Reconciler:
         return await self._gone(key, obj["metadata"]["uid"])
 
     async def _finish_failed(self, obj: dict[str, Any], failures: list[str], result: dict[str, Any] | None,
-                             generation: int | None = None) -> None:
+                             generation: int | None = None, reason: str = "ReconcileFailed") -> None:
         meta = obj["metadata"]
         if self.watch.manage_status:
             await self.status.update(self.res, meta.get("namespace") or "", meta["name"], meta["uid"],
                                      lambda c: status.done(c, False, result, failures),
                                      observed_generation=generation if generation is not None else meta.get("generation"),
                                      current=obj)
-        await self._event(obj, "Warning", "ReconcileFailed", "\n".join(failures))
+        await self._event(obj, "Warning", reason, "\n".join(failures))
 
     def _log_result(self, request: RunRequest, result: RunResult, seconds: float, what: str) -> None:
         out = result.outcome

@@ -21,7 +21,8 @@ from kubernetes.stream import stream, ws_client
 from runner.apisession import ApiSession
 from runner.config import GVK
 from runner.kopf_without_client import kopf
-from runner.proxy import Owner, OwnerProxy
+from runner.ownership import Owner
+from runner.proxy import OwnerProxy, OwnWrites
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -95,6 +96,19 @@ class Harness:
     dependents: list[Any]
 
 
+@dataclass
+class Seen:
+    """The proxy's dependent watcher and records, as a list of what they were told."""
+
+    told: list[Any]
+
+    def seen(self, *args: Any) -> None:
+        self.told.append(("seen", *args))
+
+    async def record(self, *args: Any) -> None:
+        self.told.append(("record", *args))
+
+
 @asynccontextmanager
 async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     fake = FakeApiServer()
@@ -107,7 +121,8 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     api = ApiSession(kopf.ConnectionInfo(server=f"http://127.0.0.1:{port}", token=OPERATOR_TOKEN))
     dependents: list[Any] = []
-    proxy = OwnerProxy(api, True, lambda *args: dependents.append(args), kubeconfig_dir=tmp_path / "kubeconfigs")
+    proxy = OwnerProxy(api, True, Seen(dependents), Seen(dependents), OwnWrites(),
+                       kubeconfig_dir=tmp_path / "kubeconfigs")
     await proxy.start()
     token, kubeconfig = proxy.kubeconfig_for(OWNER)
     try:
