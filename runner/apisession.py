@@ -78,6 +78,14 @@ def load_connection(settings: kopf.OperatorSettings | None = None) -> kopf.Conne
     return info
 
 
+class Fenced(aiohttp.ClientError):
+    """A write refused before it left: this operator is not sure it leads (its lease may be someone else's)."""
+
+
+_WRITE = "write"  # a request's trace context: the fence applies to it
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 class ApiSession:
     def __init__(self, connection: kopf.ConnectionInfo,
                  reload: Callable[[], kopf.ConnectionInfo] | None = None) -> None:
@@ -86,6 +94,10 @@ class ApiSession:
         self._reload = reload
         self._session: aiohttp.ClientSession | None = None
         self._refresher: asyncio.Task[None] | None = None
+        # Whether writes may go out: with leader election, only while the lease is surely ours. Checked when a
+        # write has its connection, the last moment before it is sent, so that a process that was stopped
+        # (SIGSTOP, a paused VM, CPU starvation) sends nothing it queued before.
+        self.fence: Callable[[], bool] = lambda: True
 
     @classmethod
     def from_environment(cls, settings: kopf.OperatorSettings | None = None) -> ApiSession:
@@ -122,14 +134,24 @@ class ApiSession:
         if self._session is None or self._session.closed:
             tls: ssl.SSLContext | bool = self.connection.as_ssl_context() if self.base.startswith("https") else False
             # No connection limit: the proxy's streams (watches, exec) must never hold up a status write.
+            trace = aiohttp.TraceConfig()
+            trace.on_connection_reuseconn.append(self._check_fence)
+            trace.on_connection_create_end.append(self._check_fence)
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=tls, limit=0),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), trace_configs=[trace])
         return self._session
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _check_fence(self, _session: aiohttp.ClientSession, context: Any, _params: Any) -> None:
+        if context.trace_request_ctx == _WRITE and not self.fence():
+            raise Fenced("not sure this operator leads: no writes")
+
+    def request(self, method: str, path: str, *, fenced: bool = True, **kwargs: Any) -> Any:
+        """A request with the operator's credentials. Writes are fenced (``fence``) unless ``fenced`` is false:
+        the lease's own, and reviews that change nothing."""
         headers = {**kwargs.pop("headers", {}), **self.auth_headers()}
-        return self.session.request(method, self.base + path, headers=headers, **kwargs)
+        context = _WRITE if fenced and method.upper() not in READS else None
+        return self.session.request(method, self.base + path, headers=headers, trace_request_ctx=context, **kwargs)
 
     async def close(self) -> None:
         if self._refresher is not None:

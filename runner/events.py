@@ -11,6 +11,7 @@ import os
 import socket
 from typing import Any
 
+from .apisession import Fenced
 from .config import GVK
 from .kube import MERGE_PATCH, Kube, NotFound
 
@@ -58,6 +59,8 @@ class Recorder:
                 "source": {"component": COMPONENT, "host": self.host},
                 "reportingComponent": COMPONENT, "reportingInstance": self.host,
             })
+        except Fenced:
+            log.debug("event %s not recorded: this operator is no longer sure it leads", reason)
         except Exception as exc:
             log.warning("could not record event %s on %s %s/%s: %s", reason, obj.get("kind"),
                         meta.get("namespace"), meta.get("name"), exc)

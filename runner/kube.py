@@ -68,8 +68,12 @@ def is_conflict(exc: BaseException) -> bool:
 
 
 class Kube:
-    def __init__(self, api: ApiSession) -> None:
+    """``fenced``: its writes are refused while the operator is not sure it leads (``ApiSession.fence``); the
+    lease's own requests and reviews that change nothing are not."""
+
+    def __init__(self, api: ApiSession, fenced: bool = True) -> None:
         self.api = api
+        self.fenced = fenced
         self._resources: dict[GVK, Resource] = {}
 
     async def request(self, method: str, path: str, body: Any = None, content_type: str | None = None,
@@ -80,7 +84,7 @@ class Kube:
             headers["Content-Type"] = content_type or "application/json"
             data = json.dumps(body)
         async with self.api.request(method, path, headers=headers, data=data, params=query,
-                                    timeout=REQUEST_TIMEOUT) as resp:
+                                    timeout=REQUEST_TIMEOUT, fenced=self.fenced) as resp:
             raw = await resp.read()
             if resp.status == 404:
                 raise NotFound(path)

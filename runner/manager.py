@@ -160,17 +160,18 @@ class Operator:
             log.error("%s", exc)
             return 1
         api.start()
-        kube = Kube(api)
+        unfenced = Kube(api, fenced=False)  # the Lease's own requests, and reviews that change nothing
         endpoints = Endpoints(cfg.health_probe_bind_address, cfg.metrics_bind_address, self.ready,
-                              MetricsSecurity(cfg.metrics_secure, kube if cfg.metrics_require_rbac else None))
+                              MetricsSecurity(cfg.metrics_secure, unfenced if cfg.metrics_require_rbac else None))
         await endpoints.start()
         try:
             if cfg.leader_elect:
-                self.leader = leader_mod.LeaderElector(kube, cfg)
+                self.leader = leader_mod.LeaderElector(unfenced, cfg)
                 log.info("waiting to become the leader (lease %s/%s)", self.leader.namespace, self.leader.name)
                 if not await self.leader.acquire(self.stopping):
                     return 0
-            await self._lead(kube)
+                api.fence = self.leader.fresh  # no write goes out unless the lease is surely ours
+            await self._lead(Kube(api))
         finally:
             if self.leader is not None:
                 await self.leader.release()

@@ -26,6 +26,11 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 300))
 QUEUE_DEPTH = Gauge("playbook_operator_queue_depth", "Objects waiting for a run, by kind", ["kind"])
 IN_FLIGHT = Gauge("playbook_operator_runs_in_flight", "Runs in progress, by kind", ["kind"])
+# controller-runtime's (client-go's leader election metrics provider), same name, help and label.
+LEADER = Gauge(
+    "leader_election_master_status",
+    "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. "
+    "'name' is the string used to identify the lease. Please make sure to group by name.", ["name"])
 
 
 # What each watched object's status says, as kube-state-metrics shows Kubernetes' own kinds: any operator on

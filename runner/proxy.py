@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import WSMsgType, hdrs, web
 
-from .apisession import ApiSession
+from .apisession import ApiSession, Fenced
 from .config import GVK
 from .kube import METADATA
 from .ownership import (
@@ -353,7 +353,11 @@ class OwnerProxy:
 
     async def _forward(self, request: web.Request, info: RequestInfo | None, target: Target | None, owner: Owner,
                        headers: dict[str, str], body: bytes | None, link: Link | None) -> web.StreamResponse:
-        async with self.api.request(request.method, request.path_qs, headers=headers, data=body) as upstream:
+        try:
+            upstream = await self.api.request(request.method, request.path_qs, headers=headers, data=body)
+        except Fenced:
+            return _status(503, "this operator is no longer sure it leads: it writes nothing")
+        async with upstream:
             resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for k, v in upstream.headers.items():
                 if k.lower() not in HOP_BY_HOP:
@@ -376,6 +380,8 @@ class OwnerProxy:
             return resp
 
     async def _upgrade(self, request: web.Request) -> web.StreamResponse:
+        if not self.api.fence():  # a command in a pod is a write as much as any
+            return _status(503, "this operator is no longer sure it leads: it writes nothing")
         offered = [p.strip() for value in request.headers.getall(hdrs.SEC_WEBSOCKET_PROTOCOL, [])
                    for p in value.split(",") if p.strip()]
         try:

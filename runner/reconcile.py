@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import metrics, status
+from .apisession import Fenced
 from .config import (
     MAX_RUNNER_ARTIFACTS_ANNOTATION,
     RECONCILE_PERIOD_ANNOTATION,
@@ -177,6 +178,9 @@ class Reconciler:
             return await self._reconcile(key, uid, reasons)
         except Gone:
             return await self._gone(key, uid)
+        except Fenced:
+            log.info("%s %s/%s: not written, this operator is no longer sure it leads", self.kind, *key)
+            return Outcome(error=True)
         finally:
             metrics.RECONCILE_SECONDS.labels(str(self.watch.gvk)).observe(time.monotonic() - started)
 

@@ -42,16 +42,18 @@ class Request:
 
 @dataclass
 class Fault:
-    """Requests matching ``method`` and ``path`` (regular expressions, searched) are answered with ``status``
-    and a Kubernetes Status object, ``times`` times (None: until removed)."""
+    """Requests matching ``method`` and ``path`` (regular expressions, searched) are answered, after ``delay``
+    seconds, with ``status`` and a Kubernetes Status object, or passed on if ``status`` is None (a slow API
+    server); ``times`` times (None: until removed)."""
 
     method: str
     path: str
-    status: int
+    status: int | None
     message: str = "injected by the test"
     reason: str = "InternalError"
     times: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
 
     def matches(self, method: str, path: str) -> bool:
         return bool(re.search(self.method, method) and re.search(self.path, path)) and self.times != 0
@@ -166,7 +168,9 @@ class ApiProxy:
     async def _pass(self, request: web.Request) -> web.StreamResponse:
         at = time.time()
         fault = self._fault_for(request.method, request.path_qs)
-        if fault is not None:
+        if fault is not None and fault.delay:
+            await asyncio.sleep(fault.delay)
+        if fault is not None and fault.status is not None:
             self._record(at, request, fault.status)
             return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                                       "message": fault.message, "reason": fault.reason, "code": fault.status},

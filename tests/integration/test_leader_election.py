@@ -7,8 +7,10 @@ import re
 import signal
 import time
 import uuid
+from pathlib import Path
 
-from tests.kube import Kube
+from tests.apiproxy import Fault
+from tests.kube import Kube, wait_for
 from tests.operator import OperatorProcess, Widgets, widget_watch
 
 FAST_LEASE = ("--leader-election-lease-duration", "6s", "--leader-election-renew-deadline", "4s",
@@ -110,3 +112,47 @@ def test_a_leader_that_cannot_renew_stops_before_its_lease_can_be_taken(kube: Ku
     widgets.wait_successful("first", generation=2)
     assert_never_both(a, b)
     assert len(a.runs()) == 1  # the frozen leader started nothing after it woke up
+
+
+def session_processes(sid: int) -> list[int]:
+    """Every process of a session: an operator, its forkserver, its runs and their task workers."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # fields after the command: state, ppid, pgrp, session
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def test_a_paused_leader_writes_nothing_after_it_wakes(kube: Kube, namespace: str, widgets: Widgets, api_proxy,
+                                                       start_operator) -> None:
+    """The leader is paused past its lease (CPU starvation, a stopped container) while its run goes on; the
+    standby takes over. The run's next write waits in the paused leader's proxy. Woken, the old leader must
+    write nothing: not that write, not the run's status, finalizers or Events, and its runs stop. Every
+    request the old leader makes goes through a recording proxy."""
+    lock = f"lock-{uuid.uuid4().hex[:6]}"
+    a = start_operator([widget_watch()], *ha_args(namespace, lock), name="a", env=api_proxy.env())
+    b = start_operator([widget_watch()], *ha_args(namespace, lock), name="b", wait=False)
+    b.wait_for_log("waiting to become the leader")
+    widgets.create("slow", {"sleep": 4, "postConfigmap": True, "message": "written by a run"})
+    a.wait_for_log(r"run start: Widget \S+/slow")
+    time.sleep(2)  # the run is in its pause (and no longer needs the operator to start)
+    assert a.proc is not None
+    os.killpg(a.proc.pid, signal.SIGSTOP)  # the operator and its forkserver; its run (a group of its own) goes on
+    try:
+        b.wait_for_log("became the leader", timeout=30)
+        time.sleep(6)  # the run's pause is over: its next write waits in the paused leader's proxy
+        # and the API server is slow to answer about the Lease: the loss must not wait for that answer
+        api_proxy.inject(Fault(".", "/leases/", None, delay=3.0))
+    finally:
+        woke = time.time()
+        os.killpg(a.proc.pid, signal.SIGCONT)
+    assert a.proc.wait(30) == 1
+    assert "leadership lost" in a.logs()
+    written = [r for r in api_proxy.seen(since=woke) if r.write]
+    assert not written, [(r.method, r.path, r.status) for r in written]
+    wait_for("the old leader's runs to stop", lambda: session_processes(a.proc.pid) == [], timeout=10)
+    widgets.wait_successful("slow")

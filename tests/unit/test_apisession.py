@@ -75,3 +75,49 @@ def test_a_kubeconfig_without_its_context_is_a_clear_error(tmp_path: Path, monke
     monkeypatch.setenv("KUBECONFIG", str(path))
     with pytest.raises(Exception, match=f"could not read the kubeconfig {path}: KeyError: 'elsewhere'"):
         load_connection()
+
+
+def test_writes_go_out_only_while_the_fence_allows_them() -> None:
+    """A write is checked when it has its connection, the last moment before it is sent; reads, and the
+    writes marked unfenced (the Lease's own), always go."""
+    import asyncio
+
+    from aiohttp import web
+
+    from runner.apisession import Fenced
+    from runner.kopf_without_client import kopf
+
+    async def go() -> list[str]:
+        arrived: list[str] = []
+
+        async def handler(request: web.Request) -> web.Response:
+            arrived.append(f"{request.method} {request.path}")
+            return web.json_response({})
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        api = ApiSession(kopf.ConnectionInfo(server=f"http://127.0.0.1:{port}", token="t"))
+        leading = True
+        api.fence = lambda: leading
+        try:
+            async with api.request("PATCH", "/while-leading"):
+                pass
+            leading = False
+            with pytest.raises(Fenced):
+                async with api.request("POST", "/after-the-lease"):
+                    pass
+            async with api.request("GET", "/a-read"):
+                pass
+            async with api.request("PUT", "/the-lease", fenced=False):
+                pass
+        finally:
+            await api.close()
+            await runner.cleanup()
+        return arrived
+
+    assert asyncio.run(go()) == ["PATCH /while-leading", "GET /a-read", "PUT /the-lease"]
