@@ -61,3 +61,12 @@ def backup(kube: Kube, namespace: str, name: str, database: str = "db") -> None:
 
 def backup_status(kube: Kube, namespace: str, name: str) -> dict:
     return kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, BACKUPS, name).get("status") or {}
+
+
+def backup_named(kube: Kube, namespace: str, database: str, reason: str) -> str:
+    """The name of the newest SampleDBBackup of ``database`` taken for ``reason`` (Final, PreUpgrade: named after the
+    SampleDB's UID), '' when there is none."""
+    items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, BACKUPS)["items"]
+    mine = [b for b in items if b["spec"].get("database") == database and b["spec"].get("reason") == reason]
+    mine.sort(key=lambda b: b["metadata"]["creationTimestamp"])
+    return mine[-1]["metadata"]["name"] if mine else ""

@@ -8,7 +8,10 @@ printed as ``fail``. Whatever an operation does, every acknowledged N must be in
 rows that were never acknowledged may or may not be there.
 
 The checker polls each server with ``select pg_is_in_recovery()`` and prints ``<epoch> <pod> f|t|down``;
-``primaries_overlap`` finds two servers whose read-write spells (first to last ``f`` seen) overlap.
+``primaries_overlap`` finds two servers whose read-write spells (first to last ``f`` seen) overlap. A poll can miss a
+short overlap: ``server_history`` reads each server's own record (entrypoint.sh writes sampledb-history.log on its
+volume: ``writable`` just before its server starts as a primary or is promoted, ``stopped`` once it has exited), whose
+spells are wider than the truth at both ends, and ``history_overlaps`` finds two that overlap at all.
 """
 
 from __future__ import annotations
@@ -178,3 +181,44 @@ def primaries_overlap(observations: list[tuple[float, str, str]]) -> list[tuple[
     return [(a, b) for i, a in enumerate(spells) for b in spells[i + 1:]
             if a[0] != b[0] and b[1] <= a[2]]
 
+
+
+HISTORY = "/var/lib/postgresql/data/sampledb-history.log"
+
+
+def server_history(kube: Kube, namespace: str, servers: list[str]) -> dict[str, list[tuple[float, str]]]:
+    """Each server's own record of when it could take writes: [(epoch, writable|stopped|rewound)] from its volume."""
+    out: dict[str, list[tuple[float, str]]] = {}
+    for pod in servers:
+        proc = kube.kubectl("-n", namespace, "exec", pod, "-c", "postgres", "--", "cat", HISTORY, check=False)
+        assert proc.returncode == 0 or "No such file" in proc.stderr, f"no history of {pod}: {proc.stderr}"
+        entries = []
+        for line in proc.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 3:
+                entries.append((float(parts[0]), parts[2]))
+        out[pod] = entries
+    return out
+
+
+def history_spells(history: dict[str, list[tuple[float, str]]], now: float) -> list[tuple[str, float, float]]:
+    """(server, from, to) for each time a server could take writes: from its ``writable`` to its next ``stopped``
+    (``now`` when it has not stopped since)."""
+    spells = []
+    for pod, entries in history.items():
+        began = None
+        for at, what in sorted(entries):
+            if what == "writable" and began is None:
+                began = at
+            elif what == "stopped" and began is not None:
+                spells.append((pod, began, at))
+                began = None
+        if began is not None:
+            spells.append((pod, began, now))
+    return sorted(spells, key=lambda s: s[1])
+
+
+def history_overlaps(history: dict[str, list[tuple[float, str]]], now: float) -> list[tuple[tuple, tuple]]:
+    """Pairs of spells of different servers that overlap at all: two servers that could both take writes."""
+    spells = history_spells(history, now)
+    return [(a, b) for i, a in enumerate(spells) for b in spells[i + 1:] if a[0] != b[0] and b[1] < a[2]]

@@ -1,13 +1,16 @@
 """Fixtures of the e2e tier: a cluster whose pods really run (the local ``e2e`` cluster's real node, or
-E2E_KUBECONFIG), a namespace per test there, and the SampleDB operator as a local process against it."""
+E2E_KUBECONFIG), a namespace per test there, and the SampleDB operator as deployed: a local process holding the token
+of deploy/rbac's ServiceAccount (never the admin's), electing a leader, with the roles' own defaults."""
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from localcluster.cluster import LocalCluster
 from tests.kube import Kube, find_kubectl, fresh_namespace, wait_for
@@ -34,17 +37,51 @@ def real_sampledb_crds(real: Kube) -> None:
     install_sampledb_crds(real)
 
 
+OPERATOR_NAMESPACE = "sampledb-system"
+SERVICE_ACCOUNT = "sampledb-operator"
+# The roles' own defaults, as the deployed operator runs them (sampledb_watches shortens them for kwok's tests).
+AS_DEPLOYED = {"progress_requeue": "5s", "health_requeue": "3s", "final_backup_requeue": "5s",
+               "pod_extra_annotations": {}, "backup_pod_extra_annotations": {}}
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(real: Kube, real_sampledb_crds: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """deploy/rbac as `make deploy` applies it, and a kubeconfig with its ServiceAccount's token: the credentials the
+    operator's pod has."""
+    real.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
+    real.kubectl("apply", "--server-side", "--force-conflicts", "-n", OPERATOR_NAMESPACE, "-k", str(ROOT / "deploy" / "rbac"))
+    token = real.kubectl("-n", OPERATOR_NAMESPACE, "create", "token", SERVICE_ACCOUNT, "--duration=12h").stdout.strip()
+    admin = yaml.safe_load(real.kubeconfig.read_text())
+    cluster = next(c for c in admin["clusters"]
+                   if c["name"] == next(x for x in admin["contexts"]
+                                        if x["name"] == admin["current-context"])["context"]["cluster"])
+    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "clusters": [cluster],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": cluster["name"], "user": SERVICE_ACCOUNT}}],
+        "current-context": "sa"}))
+    path.chmod(0o600)
+    return path
+
+
 @pytest.fixture
-def real_sampledb_operator(real: Kube, real_namespace: str, real_sampledb_crds: None, tmp_path: Path,
-                           request: pytest.FixtureRequest) -> Iterator[Callable[..., OperatorProcess]]:
-    """Starts this repository's SampleDB operator (watches.yaml, roles) as a local process watching the test's
-    namespace on the real-node cluster; keyword arguments become watch vars. Shows its log on failure."""
+def real_sampledb_operator(real: Kube, real_namespace: str, real_sampledb_crds: None, operator_kubeconfig: Path,
+                           tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., OperatorProcess]]:
+    """Starts this repository's SampleDB operator (watches.yaml, roles) as deployed: a local process with deploy/rbac's
+    ServiceAccount token, leader election on (a Lease of the test's own in the operator's namespace), the production
+    retry backoff and the roles' defaults, watching the test's namespace on the real-node cluster; keyword arguments
+    become watch vars. Shows its log on failure."""
     ops: list[OperatorProcess] = []
+    lease = f"sampledb-operator-{uuid.uuid4().hex[:8]}"
 
     def start(*args: str, env: dict[str, str] | None = None, **extra_vars: object) -> OperatorProcess:
-        op = OperatorProcess(real, real_namespace, tmp_path, sampledb_watches(**extra_vars),
-                             ["--ansible-roles-path", str(ROOT / "roles"), *args], dict(env or {}),
-                             name=f"sampledb-operator-{len(ops)}")
+        credentials = {"KUBECONFIG": str(operator_kubeconfig), "K8S_AUTH_KUBECONFIG": str(operator_kubeconfig)}
+        op = OperatorProcess(real, real_namespace, tmp_path, sampledb_watches(**{**AS_DEPLOYED, **extra_vars}),
+                             ["--ansible-roles-path", str(ROOT / "roles"), "--retry-backoff-max", "5m",
+                              "--leader-elect", "--leader-election-id", lease,
+                              "--leader-election-namespace", OPERATOR_NAMESPACE, *args],
+                             {**credentials, **(env or {})}, name=f"sampledb-operator-{len(ops)}")
         ops.append(op.start())
         return op
 

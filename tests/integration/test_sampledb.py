@@ -125,7 +125,10 @@ def test_a_switchover_asked_for_by_annotation_stops_the_old_primary_before_promo
     assert [(wanted in e.message, e.count) for e in switched] == [(True, 1)], [(e.message, e.count) for e in switched]
     assert events(kube, namespace, "EvictingPrimary")
     lease = kube.coordination.read_namespaced_lease("sw-primary", namespace)
-    assert lease.spec.holder_identity == wanted and not (lease.metadata.annotations or {})
+    uid = get(kube, namespace, "sw")["metadata"]["uid"]
+    # the change is no longer recorded: only whose Lease it is
+    assert lease.spec.holder_identity == wanted and lease.metadata.annotations == {
+        "sampledb.example.com/database-uid": uid}
 
 
 def test_a_switchover_to_a_server_that_does_not_exist_is_refused(kube: Kube, namespace: str,

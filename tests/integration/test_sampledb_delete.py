@@ -42,6 +42,7 @@ def test_deletion_policy(kube: Kube, namespace: str, sampledb_operators, policy:
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                 sample("db", replicas=2, deletionPolicy=policy))
     db = wait_phase(kube, namespace, "db")
+    final = f"db-final-{db['metadata']['uid'][:8]}"  # after the database's UID: a reused name is another database
     assert FINALIZER in db["metadata"]["finalizers"]
     backup(kube, namespace, "earlier")
     wait_for("a backup", lambda: backup_status(kube, namespace, "earlier").get("phase") == "Completed", timeout=60)
@@ -53,9 +54,9 @@ def test_deletion_policy(kube: Kube, namespace: str, sampledb_operators, policy:
     wait_for("the servers to go", lambda: not kube.apps.list_namespaced_stateful_set(namespace).items, timeout=60)
     if policy == "Snapshot":
         # the final backup completed first; it and the earlier one outlive the database, as does their volume
-        assert backup_status(kube, namespace, "db-final")["phase"] == "Completed"
+        assert backup_status(kube, namespace, final)["phase"] == "Completed"
         wait_for("the data volumes to go", lambda: pvcs(kube, namespace) == {"db-backups": []}, timeout=60)
-        assert backups(kube, namespace) == {"earlier": [], "db-final": []}
+        assert backups(kube, namespace) == {"earlier": [], final: []}
     elif policy == "Retain":
         wait_for("the credentials to stay, unowned", lambda: not kube.core.read_namespaced_secret(
             "db-credentials", namespace).metadata.owner_references)
@@ -79,7 +80,8 @@ def test_a_failing_final_backup_blocks_deletion(kube: Kube, namespace: str, samp
     db = wait_for("the deletion to be blocked", lambda: (d := get(kube, namespace, "db")) and
                   condition(d, "DeletionBlocked").get("reason") == "FinalBackupFailed" and d, timeout=90)
     msg = condition(db, "DeletionBlocked")["message"]
-    assert msg.startswith("the final backup db-final failed, so nothing of db was deleted"), msg
+    final = f"db-final-{db['metadata']['uid'][:8]}"
+    assert msg.startswith(f"the final backup {final} failed, so nothing of db was deleted"), msg
     assert "spec.deletionPolicy" in msg and db["status"]["phase"] == "Deleting"
     ev = wait_for("a FinalBackupFailed event", lambda: events(kube, namespace, "FinalBackupFailed"))
     assert ev[0].type == "Warning"

@@ -15,7 +15,7 @@ import yaml
 
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT
-from tests.sampledb import GROUP, PLURAL, VERSION, backup_status, sample, wait_phase
+from tests.sampledb import GROUP, PLURAL, VERSION, backup_named, backup_status, sample, wait_phase
 
 
 @pytest.fixture
@@ -64,7 +64,8 @@ def test_the_operator_runs_on_its_service_account(kube: Kube, namespace: str, rb
     assert db["status"]["currentPrimary"]
     # and the finalizer: a final backup, the backups kept, the servers and their volumes deleted
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "db")
-    wait_for("the final backup", lambda: backup_status(kube, namespace, "db-final").get("phase") == "Completed",
+    wait_for("the final backup", lambda: backup_status(kube, namespace, backup_named(kube, namespace, "db", "Final") or "none")
+             .get("phase") == "Completed",
              timeout=120)
     wait_for("the SampleDB to go", lambda: not kube.custom.list_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL)["items"], timeout=120)

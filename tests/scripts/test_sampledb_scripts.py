@@ -145,8 +145,11 @@ def fingerprint(server: Server) -> tuple[str, str]:
 
 
 def test_backup_then_restore_into_a_new_server(make_server, tmp_path: Path) -> None:
+    """A backup carries no password; the restore says which login roles it left without one (the application's
+    gets this database's from init.sh)."""
     source = make_server(PG15, "source")
     seed(source)
+    source.sql("CREATE ROLE reporting LOGIN PASSWORD 'r'")
     expected = fingerprint(source)
     backups = _tree(tmp_path / "backups", USER)
     backup_file = backups / "inventory" / "b1.sql.gz"
@@ -158,8 +161,9 @@ def test_backup_then_restore_into_a_new_server(make_server, tmp_path: Path) -> N
         assert "SCRAM-SHA-256$" not in f.read()  # no password hashes in a backup
 
     target = make_server(PG15, "target")  # a new, empty database
-    target.run("bash", str(SCRIPTS / "restore.sh"), extra={"BACKUP_FILE": str(backup_file)})
+    out = target.run("bash", str(SCRIPTS / "restore.sh"), extra={"BACKUP_FILE": str(backup_file), "APP_USER": "app"})
     assert fingerprint(target) == expected  # every row written before the backup is there
+    assert "these login roles have no password (backups carry none): reporting" in out.stdout
     # the restore Job then runs init.sh: the application user gets the new database's password
     target.run("bash", str(SCRIPTS / "init.sh"), extra={"APP_DATABASE": "app", "APP_USER": "app", "APP_PASSWORD": "new"})
     assert target.sql("SELECT rolpassword LIKE 'SCRAM-SHA-256$%' FROM pg_authid WHERE rolname = 'app'") == "t"
@@ -220,18 +224,13 @@ def test_bootstrap_is_idempotent(make_server) -> None:
 
 
 def test_major_migration_15_to_18_keeps_every_row(make_server, tmp_path: Path) -> None:
-    """The upgrade role's major path: migrate.sh dumps the old server with the NEW major's pg_dumpall, the
-    new primary starts empty, and restore.sh (the load Job) fills it."""
+    """The upgrade role's major path: migrate.sh dumps the old server with the NEW major's pg_dumpall, the new
+    primary starts empty, and restore.sh (the load Job) fills it. (The fence that keeps clients out meanwhile is
+    entrypoint.sh's: test_the_fence_keeps_every_client_but_the_superuser_and_the_replicas_out_until_it_is_lifted.)"""
     old = make_server(PG15, "pg15")
     seed(old)
-    # a client session open (idle in a transaction that wrote) when the dump starts
-    client = subprocess.Popen(["runuser", "-u", old.user, "--", "env", *[f"{k}={v}" for k, v in old.env().items()],
-                               "psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-d", "app"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert client.stdin is not None
-    client.stdin.write("BEGIN; INSERT INTO orders VALUES (100001, 'uncommitted'); SELECT 'open';\n")
-    client.stdin.flush()
-    assert client.stdout is not None and client.stdout.readline().strip() == "open"
+    old.sql("CREATE ROLE reporting LOGIN PASSWORD 'r'")
+    old.sql("CREATE ROLE replicator REPLICATION LOGIN PASSWORD 'old replication password'")
     expected = fingerprint(old)
     dump = _tree(tmp_path / "migration", USER) / "15-to-18.sql.gz"
     new_bin = pg18_bin()
@@ -239,38 +238,38 @@ def test_major_migration_15_to_18_keeps_every_row(make_server, tmp_path: Path) -
     out = dumper.run("bash", str(SCRIPTS / "migrate.sh"), "dump", str(dump), check=False)
     assert out.returncode == 0, out.stderr
     assert f"migration dump {dump}:" in out.stdout and not Path(f"{dump}.partial").exists()
-    assert "the old server is read-only; 1 client sessions ended" in out.stdout
-    # Fenced: what the old server would acknowledge now would be in neither version, so it takes no writes.
-    refused = old.run("psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-d", "app", "-c",
-                      "INSERT INTO orders VALUES (100002, 'after the dump')", check=False)
-    assert refused.returncode != 0 and "read-only transaction" in refused.stderr, refused
-    client.stdin.write("COMMIT;\n")
-    client.stdin.close()
-    client.wait(timeout=30)
-    assert fingerprint(old) == expected  # the session that was writing was cut off, never acknowledged
     old.stop()
 
     new = make_server(new_bin, "pg18")
-    # entrypoint.sh starts the new primary of a major upgrade read-only; the load lifts it when complete
-    new.sql("ALTER SYSTEM SET default_transaction_read_only = on")
-    new.sql("SELECT pg_reload_conf()")
-    new.run("bash", str(SCRIPTS / "restore.sh"), extra={"BACKUP_FILE": str(dump)})
+    new.sql("CREATE ROLE replicator REPLICATION LOGIN PASSWORD 'new replication password'")
+    out = new.run("bash", str(SCRIPTS / "restore.sh"), extra={"BACKUP_FILE": str(dump), "APP_USER": "app"})
     assert fingerprint(new) == expected
-    assert new.sql("SHOW default_transaction_read_only") == "off"
+    # the new database's own replication role is untouched (its replicas clone it meanwhile); a migration keeps the
+    # other roles' passwords (a backup does not: test_backup_then_restore_into_a_new_server)
+    assert new.sql("SELECT rolpassword IS NOT NULL FROM pg_authid WHERE rolname = 'replicator'") == "t"
+    assert new.sql("SELECT rolpassword IS NOT NULL FROM pg_authid WHERE rolname = 'reporting'") == "t"
+    assert "no password" not in out.stdout
     new.sql("INSERT INTO orders VALUES (100003, 'on 18')", db="app")
     assert new.sql("SHOW server_version_num")[:2] == "18"
-    assert new.sql("SELECT rolname FROM pg_roles WHERE rolname = 'app'") == "app"
 
 
-def test_a_migration_dump_that_fails_leaves_the_old_server_taking_writes(make_server, tmp_path: Path) -> None:
-    server = make_server(PG15, "unfence")
+def test_a_dump_that_needs_the_fence_waits_for_it_and_fails_without_it(make_server, tmp_path: Path) -> None:
+    """A major upgrade's dump and the final backup must see no client's write after they begin: they wait until the
+    server says it is fenced (sampledb.fence), and fail, bounded, if it never does (the operator then lifts the
+    fence and the old server takes writes again)."""
+    server = make_server(PG15, "unfenced")
     seed(server, rows=10)
-    readonly = tmp_path / "readonly"  # owned by root: the server's user cannot write the dump there
-    readonly.mkdir(mode=0o755)
-    proc = server.run("bash", str(SCRIPTS / "migrate.sh"), "dump", str(readonly / "m.sql.gz"), check=False)
-    assert proc.returncode != 0 and "the old server takes writes again" in proc.stderr, proc
-    server.sql("INSERT INTO orders VALUES (11, 'still writable')", db="app")
-    assert server.sql("SHOW default_transaction_read_only") == "off"
+    dump = _tree(tmp_path / "fence", USER) / "m.sql.gz"
+    proc = server.run("bash", str(SCRIPTS / "migrate.sh"), "dump", str(dump), check=False,
+                      extra={"REQUIRE_FENCE": "upgrade", "PG_WAIT_SECONDS": "3"})
+    assert proc.returncode != 0 and "did not fence its clients (upgrade) within 3s" in proc.stderr, proc
+    assert not dump.exists() and not Path(f"{dump}.partial").exists()
+    with open(server.data / "postgresql.conf", "a") as conf:  # what entrypoint.sh's runtime.conf says when fenced
+        conf.write("sampledb.fence = 'upgrade'\n")
+    server.sql("SELECT pg_reload_conf()")
+    proc = server.run("bash", str(SCRIPTS / "migrate.sh"), "dump", str(dump), check=False,
+                      extra={"REQUIRE_FENCE": "upgrade", "PG_WAIT_SECONDS": "10"})
+    assert proc.returncode == 0 and "the server is fenced (upgrade)" in proc.stdout, proc
 
 
 def test_migrate_refuses_anything_but_dump(make_server, tmp_path: Path) -> None:
@@ -740,7 +739,7 @@ def test_synchronous_standby_names_and_a_reloadable_setting_change_without_a_res
     """The primary's synchronous_standby_names follows its annotation, and a changed postgresql.conf (the ConfigMap,
     as the kubelet updates it) is reloaded: no restart, and a commit no longer waits once sync is off."""
     db = node(PG15).database("sync", replicas=2)
-    a, b = db.pods
+    a = db.pods[0]
     a.start("primary")
     a.wait_ready()
     assert a.sql("SHOW synchronous_standby_names") == "ANY 1 (*)"

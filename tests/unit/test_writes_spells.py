@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.writes import Writes, primaries_overlap, primary_spells
+from tests.writes import Writes, history_overlaps, history_spells, primaries_overlap, primary_spells
 
 
 def test_a_clean_failover_has_no_overlap() -> None:
@@ -30,3 +30,15 @@ def test_the_write_downtime_of_a_window_starts_at_the_last_ack_before_it() -> No
     assert writes.longest_gap() == 20.0
     assert writes.longest_gap(start=2.0, end=12.0) == 8.0  # from ack 2 (1.0) to ack 3 (9.0); ack 5 is after
     assert writes.longest_gap(start=20.0) == 20.0
+
+
+def test_the_servers_own_records_show_any_overlap_of_two_writable_spells() -> None:
+    """From each server's history (entrypoint.sh's record): a switchover stops one before the other starts; a spell not
+    stopped yet lasts until now; the least overlap counts."""
+    clean = {"db-0": [(1.0, "writable"), (5.0, "stopped"), (9.0, "rewound")], "db-1": [(5.5, "writable")]}
+    assert history_spells(clean, now=20.0) == [("db-0", 1.0, 5.0), ("db-1", 5.5, 20.0)]
+    assert history_overlaps(clean, now=20.0) == []
+    two = {"db-0": [(1.0, "writable"), (5.0, "stopped")], "db-1": [(4.999, "writable")]}
+    assert history_overlaps(two, now=20.0) == [(("db-0", 1.0, 5.0), ("db-1", 4.999, 20.0))]
+    never_stopped = {"db-0": [(1.0, "writable")], "db-1": [(8.0, "writable"), (9.0, "stopped")]}
+    assert len(history_overlaps(never_stopped, now=20.0)) == 1

@@ -93,6 +93,21 @@ def _conf_value(value):
     return "'" + str(value).replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+def sampledb_restart_hash(configmap_data, restart_parameters):
+    """A short hash of what a server only takes by restarting: its scripts, and the settings of postgresql.conf that
+    PostgreSQL reads at start only (``restart_parameters``). Other settings and pg_hba.conf are reloaded in place, so a
+    change of them changes nothing here."""
+    import hashlib
+
+    data = dict(configmap_data or {})
+    conf = data.pop("postgresql.conf", "")
+    data.pop("pg_hba.conf", None)
+    names = set(restart_parameters or [])
+    kept = [line for line in conf.splitlines() if line.split("=", 1)[0].strip() in names]
+    text = "\n".join(kept) + "\0" + "\0".join(f"{k}\0{v}" for k, v in sorted(data.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def sampledb_postgresql_conf(defaults, parameters=None, managed=None):
     """postgresql.conf: the operator's defaults, spec.parameters over them, and the settings the servers depend
     on (listen address, port, socket directory, hot standby) over both, one `name = 'value'` line each, sorted."""
@@ -118,11 +133,58 @@ def sampledb_wal_budget(storage_size, fraction=0.25):
     return f"{max(int(sampledb_bytes(storage_size) * float(fraction)) >> 20, 64)}MB"
 
 
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+
+
+def _request(claim: dict) -> str:
+    return str((((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage") or "")
+
+
+def _claim_template_size(sts: dict) -> str:
+    templates = ((sts or {}).get("spec") or {}).get("volumeClaimTemplates") or []
+    return _request(templates[0]) if templates else ""
+
+
+def sampledb_volume_growth(claims, size, classes, field="spec.storage.size", sts=None):
+    """What to do about a volume size: {grow: claims to grow in place, size: the size the StatefulSet's claim
+    template gets, refused: why ``size`` cannot be had ('' when it can)}. A claim grows when its StorageClass allows
+    volume expansion; when one cannot, none is grown and the template keeps the size it has (``sts``, the StatefulSet
+    as it is), so the servers keep working."""
+    want = sampledb_bytes(size)
+    by_name = {(c.get("metadata") or {}).get("name"): c for c in classes or []}
+    default = next((n for n, c in by_name.items()
+                    if ((c.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_CLASS) == "true"), "")
+    grow, stuck = [], []
+    for claim in claims or []:
+        if not _request(claim) or sampledb_bytes(_request(claim)) >= want:
+            continue
+        name = claim["metadata"]["name"]
+        cls = (claim.get("spec") or {}).get("storageClassName") or default
+        if (by_name.get(cls) or {}).get("allowVolumeExpansion"):
+            grow.append(name)
+        else:
+            stuck.append((name, cls, _request(claim)))
+    if not stuck:
+        return {"grow": grow, "size": str(size), "refused": ""}
+    now = _claim_template_size(sts) or stuck[0][2]
+    classes_named = sorted({c for _, c, _ in stuck})
+    refused = (f"{field} {size}: the volumes of StorageClass {', '.join(classes_named) or '(none)'} cannot grow "
+               f"(allowVolumeExpansion is not true), so {', '.join(n for n, _, _ in stuck)} stay "
+               f"{', '.join(sorted({s for _, _, s in stuck}))}; set {field} back to {now}, or move the data to a "
+               "class that can grow (a backup restored into a new SampleDB)")
+    return {"grow": [], "size": now, "refused": refused}
+
+
 def _epoch(text):
     try:
         return int(datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
     except ValueError:
         return 0
+
+
+def sampledb_older_than(times, now, seconds):
+    """The times (as '%Y-%m-%dT%H:%M:%SZ') at least ``seconds`` before ``now``."""
+    return [t for t in times or [] if t and _epoch(now) - _epoch(t) >= float(seconds)]
 
 
 def sampledb_backup_times(records, last_schedule_time=None):
@@ -133,6 +195,33 @@ def sampledb_backup_times(records, last_schedule_time=None):
                  if (r.get("status") or {}).get("phase") == "Completed"]
     return {"last_success": max(completed, default=0),
             "last_scheduled": _epoch(last_schedule_time) if last_schedule_time else 0}
+
+
+def sampledb_backup_job(jobs, database, reason, backup_uid, backup_of_label, scheduled_label, uid_label):
+    """The Job of a backup among the Jobs read by its name, {} when none is its own: a scheduled backup's must be a
+    scheduled Job of its database's CronJob, any other's must carry the backup's UID."""
+    for job in jobs or []:
+        labels = (job.get("metadata") or {}).get("labels") or {}
+        if labels.get(backup_of_label) != database:
+            continue
+        if (reason == "Scheduled" and labels.get(scheduled_label) == "true") or labels.get(uid_label) == backup_uid:
+            return job
+    return {}
+
+
+def sampledb_backups_of(records, database, uid, created, uid_label):
+    """The SampleDBBackups of this database (SampleDB ``database`` with ``uid``, created at ``created``): those that
+    say so by UID, and unlabelled ones of its name made since it was created. A SampleDB created again with the same
+    name is another database: it never counts, prunes or deletes the backups of the one before."""
+    out = []
+    for record in records or []:
+        meta = record.get("metadata") or {}
+        if (record.get("spec") or {}).get("database") != database:
+            continue
+        labelled = (meta.get("labels") or {}).get(uid_label)
+        if labelled == uid or (not labelled and str(meta.get("creationTimestamp") or "") >= str(created or "")):
+            out.append(record)
+    return out
 
 
 def sampledb_applied(registered, kind):
@@ -148,11 +237,16 @@ class FilterModule:
         return {"sampledb_rollout_front": sampledb_rollout_front,
                 "sampledb_job_state": sampledb_job_state,
                 "sampledb_postgresql_conf": sampledb_postgresql_conf,
+                "sampledb_restart_hash": sampledb_restart_hash,
                 "sampledb_backup_times": sampledb_backup_times,
+                "sampledb_older_than": sampledb_older_than,
                 "sampledb_applied": sampledb_applied,
+                "sampledb_backup_job": sampledb_backup_job,
+                "sampledb_backups_of": sampledb_backups_of,
                 "sampledb_bytes": sampledb_bytes,
                 "sampledb_own_servers": sampledb_own_servers,
                 "sampledb_own_volumes": sampledb_own_volumes,
                 "sampledb_volumes_hold_data": sampledb_volumes_hold_data,
                 "sampledb_volumes_unmarked": sampledb_volumes_unmarked,
-                "sampledb_wal_budget": sampledb_wal_budget}
+                "sampledb_wal_budget": sampledb_wal_budget,
+                "sampledb_volume_growth": sampledb_volume_growth}

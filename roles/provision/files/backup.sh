@@ -9,8 +9,9 @@ set -euo pipefail
 umask 027  # a dump holds the data: for the Jobs' user (and the volume's group) only
 trap 'rm -f "$BACKUP_FILE.partial"' EXIT
 wait_for_server
+wait_for_fence
 mkdir -p "$(dirname "$BACKUP_FILE")"
-pg_dumpall --clean --if-exists --no-role-passwords | gzip -c > "$BACKUP_FILE.partial"
+pg_dumpall --clean --if-exists --no-role-passwords --lock-wait-timeout="${LOCK_WAIT_TIMEOUT:-60s}" | gzip -c > "$BACKUP_FILE.partial"
 gzip -t "$BACKUP_FILE.partial"
 mv "$BACKUP_FILE.partial" "$BACKUP_FILE"
 size=$(stat -c %s "$BACKUP_FILE")

@@ -48,7 +48,7 @@ def _phase(f: dict[str, Any], failure: str, primary_ok: bool, failover: bool) ->
         return "SwitchingOver"
     if failover or not (primary_ok or f["hold"]):
         return "FailingOver"
-    if f["failed_steps"]:
+    if f["failed_steps"] or f["refused"]:
         return "Degraded"
     if f["backup_in_progress"]:
         return "BackingUp"
@@ -93,6 +93,8 @@ def _conditions(f: dict[str, Any], phase: str, failure: str, primary: str, prima
         degraded_reason, degraded_message = f"{first_failed.get('step', '').capitalize()}Failed", failing
     elif f["blocked"]:
         degraded_reason, degraded_message = "FailoverBlocked", f["blocked"]
+    elif f["refused"]:
+        degraded_reason, degraded_message = "StorageNotGrown", "; ".join(f["refused"])
     elif upgrade_failure:
         degraded_reason, degraded_message = "UpgradeFailed", upgrade_failure
     elif degraded_servers:
@@ -148,6 +150,7 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
         "leader_message": _text(plan.get("message")),
         "blocked": _text(plan.get("blocked")),
         "failed_steps": [s for s in found.get("failed_steps") or [] if isinstance(s, dict)],
+        "refused": [str(r) for r in found.get("refused") or [] if r],
         "running_version": _text(found.get("running_version")),
         "now": _text(found.get("now")),
         **{k: _bool(found.get(k)) for k in ("upgrade_active", "upgrade_completed")},
@@ -182,6 +185,9 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
         "primaryUnreadySince": None if failover else _text((plan.get("annotations") or {}).get(UNREADY_SINCE)) or None,
         "upgrade": upgrade,
     }
+    for field, key in (("storageSize", "storage_size"), ("backupStorageSize", "backup_storage_size")):
+        if _text(found.get(key)):
+            report[field] = _text(found.get(key))
     identity = found.get("identity") or {}
     if isinstance(identity, dict) and (identity.get("systemIdentifier") or identity.get("error")) and \
             identity.get("checkedAt"):
