@@ -94,6 +94,9 @@ def run_parser() -> argparse.ArgumentParser:
       help="warm: forked pre-imported Ansible workers; cold: ansible-runner per run (default: %(default)s)")
     a("--retry-backoff-base", type=_duration, default=d.retry_backoff_base, help="first retry after a failure")
     a("--retry-backoff-max", type=_duration, default=d.retry_backoff_max, help="longest retry delay")
+    a("--run-timeout", type=_duration, default=d.run_timeout,
+      help="stop a run (its whole process group) that takes longer; 0: no limit (default: 1h). A watch's "
+           "runTimeout and an object's playbook-operator.dev/run-timeout annotation take precedence")
     return p
 
 
@@ -131,6 +134,8 @@ def check_durations(cfg: RunConfig) -> tuple[list[str], list[str]]:
         errors.append(f"--leader-election-renew-deadline must be more than {LEASE_JITTER} x the retry period")
     elif not cfg.lease_duration > cfg.renew_deadline:
         errors.append("--leader-election-lease-duration must be longer than the renew deadline")
+    if cfg.run_timeout < 0:
+        errors.append("--run-timeout must be 0 (no limit) or more")
     if cfg.max_concurrent_reconciles < 1 or cfg.max_concurrent_runs < 0:
         errors.append("--max-concurrent-reconciles must be at least 1, --max-concurrent-runs 0 (no cap) or more")
     return errors, warnings

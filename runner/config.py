@@ -25,6 +25,9 @@ VERBOSITY_ANNOTATION = f"{ANNOTATION_PREFIX}/verbosity"
 # Ours, on an owner: the objects its runs created that garbage collection cannot reach (cluster-scoped, or in
 # another namespace), by UID, for the runtime to delete with it.
 RECORDED_DEPENDENTS_ANNOTATION = "playbook-operator.dev/dependents"
+# Ours: how long one run of the object may take before it is stopped (a duration; 0: no limit).
+RUN_TIMEOUT_ANNOTATION = "playbook-operator.dev/run-timeout"
+DEFAULT_RUN_TIMEOUT = 3600.0
 
 
 class ConfigError(Exception):
@@ -156,6 +159,8 @@ class Watch:
     watch_annotations_changes: bool = False
     # ours, not the Go operator's: a dependent's status change (a pod turning unready) brings the owner back too
     watch_dependent_status_changes: bool = False
+    # ours: how long a run may take before it is stopped (None: the --run-timeout flag decides; 0: no limit)
+    run_timeout: float | None = None
     # not settable in watches.yaml: flags, then per-kind environment overrides
     max_concurrent_reconciles: int = 1
     ansible_verbosity: int = 2
@@ -182,7 +187,7 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "reconcilePeriod": (str, int), "manageStatus": bool, "watchDependentResources": bool,
     "watchClusterScopedResources": bool, "maxRunnerArtifacts": int, "finalizer": dict,
     "blacklist": list, "selector": dict, "snakeCaseParameters": bool, "markUnsafe": bool,
-    "watchAnnotationsChanges": bool, "watchDependentStatusChanges": bool,
+    "watchAnnotationsChanges": bool, "watchDependentStatusChanges": bool, "runTimeout": (str, int),
 }
 _FINALIZER_TYPES: dict[str, type] = {"name": str, "role": str, "playbook": str, "vars": dict}
 _TYPE_NAMES = {str: "a string", bool: "true or false", int: "an integer", dict: "a mapping", list: "a list"}
@@ -336,16 +341,8 @@ def load_watches(
         seen[gvk] = index
 
         role, playbook = _target(ctx, "", entry, base_dirs, roles_path, collections_path, required=True)
-        period = None
-        if entry.get("reconcilePeriod") is not None:
-            raw = entry["reconcilePeriod"]
-            try:
-                period = float(raw) if isinstance(raw, int) else parse_duration(raw)
-            except ValueError:
-                raise ctx.fail("reconcilePeriod", f"{raw!r} is not a duration; expected a Go duration such as "
-                                                  '"30s", "5m" or "1h30m"') from None
-            if period < 0:
-                raise ctx.fail("reconcilePeriod", f"{raw!r} is negative")
+        period = _duration_field(ctx, entry, "reconcilePeriod")
+        run_timeout = _duration_field(ctx, entry, "runTimeout")
         max_artifacts = entry.get("maxRunnerArtifacts")
         if max_artifacts is not None and max_artifacts < 0:
             raise ctx.fail("maxRunnerArtifacts", f"{max_artifacts} is negative; expected 0 (keep none) or more")
@@ -389,10 +386,26 @@ def load_watches(
             mark_unsafe=flag("markUnsafe", False),
             watch_annotations_changes=flag("watchAnnotationsChanges", False),
             watch_dependent_status_changes=flag("watchDependentStatusChanges", False),
+            run_timeout=run_timeout,
             max_concurrent_reconciles=workers,
             ansible_verbosity=verbosity,
         ))
     return watches
+
+
+def _duration_field(ctx: _Ctx, entry: dict[str, Any], name: str) -> float | None:
+    """A duration of watches.yaml (a Go duration, or whole seconds); 0 or more."""
+    raw = entry.get(name)
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw) if isinstance(raw, int) else parse_duration(raw)
+    except ValueError:
+        raise ctx.fail(name, f"{raw!r} is not a duration; expected a Go duration such as "
+                             '"30s", "5m" or "1h30m"') from None
+    if seconds < 0:
+        raise ctx.fail(name, f"{raw!r} is negative")
+    return seconds
 
 
 def _target(ctx: _Ctx, prefix: str, entry: dict[str, Any], base_dirs: list[Path], roles_path: str | None,
@@ -454,3 +467,4 @@ class RunConfig:
     executor: str = "warm"
     retry_backoff_base: float = 1.0
     retry_backoff_max: float = 300.0
+    run_timeout: float = DEFAULT_RUN_TIMEOUT  # 0: no limit

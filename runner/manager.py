@@ -193,7 +193,8 @@ class Operator:
                           may_run=self.leader.fresh if self.leader else (lambda: True))
         store = ObjectStore(watch, queue)
         primary = PrimaryKind(api, kube, watch, store, cfg.watch_namespaces)
-        settings = Settings(cfg.reconcile_period, cfg.artifacts_dir, cfg.ansible_args, cfg.ansible_log_events)
+        settings = Settings(cfg.reconcile_period, cfg.artifacts_dir, cfg.ansible_args, cfg.ansible_log_events,
+                            cfg.run_timeout)
         reconciler = Reconciler(watch, primary, settings, kube, executor, store, playbooks, run_env, records)
         self.primaries.append(primary)
         self.queues.append(queue)

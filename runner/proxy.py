@@ -60,8 +60,10 @@ NAMESPACE_SUBRESOURCES = {"status", "finalize"}
 STREAM_SUBRESOURCES = {"exec", "attach", "portforward"}
 # Events are records about objects, not parts of them: never owned, never watched as dependents.
 NOT_DEPENDENTS = {("", "events"), ("events.k8s.io", "events")}
-# The proxy's own requests (discovery, an object's metadata): an answer that does not come is an error.
+# The proxy's own requests and the roles' that do not stream: an answer that stops coming for this long is an
+# error (the API server itself gives up on a request after 60 s).
 UPSTREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=60)
+STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10)
 
 
 @dataclass(frozen=True)
@@ -189,13 +191,14 @@ class DependentRecords(Protocol):
 class OwnerProxy:
     def __init__(self, api: ApiSession, inject_owner_ref: bool, watcher: DependentWatcher,
                  records: DependentRecords, own_writes: OwnWrites, kubeconfig_dir: Path | None = None,
-                 port: int = 0) -> None:
+                 port: int = 0, upstream_timeout: aiohttp.ClientTimeout = UPSTREAM_TIMEOUT) -> None:
         self.api = api
         self.inject = inject_owner_ref
         self.watcher = watcher
         self.records = records
         self.index = ResourceIndex(api)
         self.own_writes = own_writes
+        self.upstream_timeout = upstream_timeout
         self._tokens: dict[str, Owner] = {}
         self._dir = kubeconfig_dir or Path(tempfile.mkdtemp(prefix="playbook-operator-kubeconfigs-"))
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -353,10 +356,18 @@ class OwnerProxy:
 
     async def _forward(self, request: web.Request, info: RequestInfo | None, target: Target | None, owner: Owner,
                        headers: dict[str, str], body: bytes | None, link: Link | None) -> web.StreamResponse:
+        # A watch or a followed log streams as long as it lasts; any other answer that stalls is an error the
+        # role should see, not a module (and its run, and its object's queue) waiting forever.
+        timeout = STREAM_TIMEOUT if _streams(request) else self.upstream_timeout
         try:
-            upstream = await self.api.request(request.method, request.path_qs, headers=headers, data=body)
+            upstream = await self.api.request(request.method, request.path_qs, headers=headers, data=body,
+                                              timeout=timeout)
         except Fenced:
             return _status(503, "this operator is no longer sure it leads: it writes nothing")
+        except TimeoutError:
+            return _status(504, f"the API server did not answer {request.method} {request.path} in time")
+        except aiohttp.ClientError as exc:
+            return _status(502, f"the API server could not be reached: {exc}")
         async with upstream:
             resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for k, v in upstream.headers.items():
@@ -366,7 +377,10 @@ class OwnerProxy:
                       and (info.name or request.method == "POST") and "watch" not in request.query)
             if single and upstream.status < 300:
                 assert info is not None and target is not None
-                data = await upstream.read()
+                try:
+                    data = await upstream.read()
+                except TimeoutError:
+                    return _status(504, f"the API server's answer to {request.method} {request.path} stalled")
                 # before the role has the answer: a run that ended has recorded what it created
                 await self._observe(request, info, target, owner, data, upstream.status, link)
                 await resp.prepare(request)
@@ -462,6 +476,12 @@ async def _pump(src: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
             await dst.send_str(msg.data)
         elif msg.type == WSMsgType.ERROR:
             return
+
+
+def _streams(request: web.Request) -> bool:
+    """A watch, or a log followed: answers that may be silent for long."""
+    return request.query.get("watch", "false").lower() not in ("false", "0") \
+        or request.query.get("follow", "false").lower() not in ("false", "0")
 
 
 def _sendable(code: int | None) -> int:

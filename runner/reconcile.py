@@ -20,10 +20,13 @@ from typing import Any, Protocol
 from . import metrics, status
 from .apisession import Fenced
 from .config import (
+    DEFAULT_RUN_TIMEOUT,
     MAX_RUNNER_ARTIFACTS_ANNOTATION,
     RECONCILE_PERIOD_ANNOTATION,
+    RUN_TIMEOUT_ANNOTATION,
     VERBOSITY_ANNOTATION,
     Watch,
+    format_duration,
     parse_duration,
     positive,
 )
@@ -60,6 +63,7 @@ class Settings:
     artifacts_root: Path
     ansible_args: str
     log_events: str  # Tasks | Everything | Nothing
+    run_timeout: float = DEFAULT_RUN_TIMEOUT  # --run-timeout; 0: no limit
 
 
 def _ident() -> str:
@@ -122,6 +126,25 @@ class Reconciler:
                         self.kind, obj["metadata"].get("namespace") or "", obj["metadata"].get("name"),
                         RECONCILE_PERIOD_ANNOTATION, raw)
         return positive(period)
+
+    def run_timeout(self, obj: dict[str, Any]) -> tuple[float | None, str]:
+        """How long a run of the object may take (None: no limit), and whose limit it is: the object's
+        annotation, else the watch's runTimeout, else --run-timeout. An annotation that is no duration raises
+        ValueError; a negative one is ignored with a warning."""
+        raw = (obj.get("metadata", {}).get("annotations") or {}).get(RUN_TIMEOUT_ANNOTATION)
+        if raw is not None:
+            try:
+                seconds = parse_duration(raw)
+            except ValueError:
+                raise ValueError(f"Unable to parse run timeout annotation {RUN_TIMEOUT_ANNOTATION}={raw!r}: "
+                                 "expected a duration such as 30s or 5m (0: no limit)") from None
+            if seconds >= 0:
+                return positive(seconds), f"annotation {RUN_TIMEOUT_ANNOTATION}"
+            log.warning("%s %s/%s: annotation %s=%r is negative: ignored", self.kind,
+                        obj["metadata"].get("namespace") or "", obj["metadata"].get("name"), RUN_TIMEOUT_ANNOTATION, raw)
+        if self.watch.run_timeout is not None:
+            return positive(self.watch.run_timeout), "the watch's runTimeout"
+        return positive(self.settings.run_timeout), "--run-timeout"
 
     async def _event(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
         await self.recorder.record(obj, etype, reason, message)
@@ -197,6 +220,7 @@ class Reconciler:
 
         try:
             resync = self.reconcile_period(obj)
+            timeout, timeout_source = self.run_timeout(obj)
         except ValueError as exc:
             await self._finish_failed(obj, [str(exc)], None)
             return Outcome(error=True)
@@ -227,6 +251,7 @@ class Reconciler:
             cmdline=self.settings.ansible_args,
             keep_artifacts=_int_annotation(obj, MAX_RUNNER_ARTIFACTS_ANNOTATION, watch.max_runner_artifacts),
             label=f"{self.kind} {ns + '/' if ns else ''}{name}",
+            timeout=timeout,
         )
         what = "finalizer" if finalizer_run else "run"
         log.info("%s start: %s (%s) [%s]", what, request.label, watch.run_target(finalizer_run), ",".join(sorted(reasons)),
@@ -237,6 +262,9 @@ class Reconciler:
             result = await self.executor.run(request)
         finally:
             release()
+        if result.status == "timeout":
+            result.outcome = result.outcome.stopped(
+                f"the run was stopped after {format_duration(timeout or 0)}, its run timeout ({timeout_source})")
         outcome = result.outcome
         self._log_result(request, result, time.monotonic() - t0, what)
         for payload in outcome.metrics:

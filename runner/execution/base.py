@@ -26,6 +26,7 @@ class RunRequest:
     cmdline: str = ""  # --ansible-args, appended to ansible-playbook's arguments
     keep_artifacts: int = 20  # newest artifact directories kept for this object; 0 keeps none
     label: str = ""  # "<kind> <namespace>/<name>", for logs
+    timeout: float | None = None  # seconds the run may take; then it is stopped (status "timeout")
 
     @property
     def artifact_dir(self) -> Path:
@@ -61,7 +62,7 @@ class RunRequest:
 @dataclass
 class RunResult:
     rc: int
-    status: str  # successful | failed | canceled | error
+    status: str  # successful | failed | canceled | error | timeout
     events: list[dict[str, Any]]
     artifact_dir: Path
     outcome: Outcome = field(init=False)

@@ -61,6 +61,7 @@ class ColdExecutor:
             settings={"suppress_ansible_output": True, "suppress_output_file": False},
             rotate_artifacts=0,  # pruning is ours: upstream cannot express "keep none"
             cancel_callback=lambda: self._stopping or request.ident in self._cancelled,
+            timeout=int(request.timeout + 0.999) if request.timeout else None,  # its process group killed
         )
         self._cancelled.discard(request.ident)
         events = read_events(request.artifact_dir)

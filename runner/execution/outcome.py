@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,10 @@ class Outcome:
     @property
     def changed(self) -> int:
         return int((self.result or {}).get("changed", 0))
+
+    def stopped(self, why: str) -> Outcome:
+        """The run was stopped before its end: a failure, for that reason first."""
+        return dataclasses.replace(self, ok=False, failures=[why, *self.failures], requeue_after=None)
 
 
 def _count(stats: dict[str, Any], key: str) -> int:

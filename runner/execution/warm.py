@@ -48,6 +48,7 @@ class WarmExecutor:
         self._base_env = dict(base_env)
         self._ctx: Any = None
         self._running: dict[int, multiprocessing.process.BaseProcess] = {}
+        self._reapers: set[asyncio.Future[None]] = set()
         self._sem = asyncio.Semaphore(max(1, max_parallel))
 
     def _child_env(self) -> dict[str, str]:
@@ -84,7 +85,7 @@ class WarmExecutor:
 
     async def stop(self) -> None:
         for p in list(self._running.values()):
-            _kill_group(p)
+            _stop(p)
 
     async def run(self, request: RunRequest) -> RunResult:
         async with self._sem:
@@ -116,23 +117,33 @@ class WarmExecutor:
         (artifact_dir / "command").write_text(json.dumps({"command": argv, "cwd": job["cwd"],
                                                           "env": request.env}, indent=2))
         proc = self._ctx.Process(target=_child, args=(job,), name=f"run-{request.ident}")
-        proc.start()
+        try:
+            proc.start()
+        except BaseException:
+            request.clear_inputs()  # the extra-vars hold the whole object
+            raise
         assert proc.pid is not None
         self._running[proc.pid] = proc
         loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        loop.add_reader(proc.sentinel, lambda: done.done() or done.set_result(None))
+        ended = loop.create_future()
+        loop.add_reader(proc.sentinel, lambda: ended.done() or ended.set_result(None))
+        status = None
         try:
-            await done
-        except asyncio.CancelledError:
-            _kill_group(proc)
+            await asyncio.wait_for(asyncio.shield(ended), request.timeout)
+        except TimeoutError:
+            status = "timeout"
+            _stop(proc)
+            await _ended(proc, ended)
+        except BaseException:  # cancelled (shutdown, lost leadership): stopped at once, never waited for here
+            _stop(proc)
+            request.clear_inputs()
+            reaper = asyncio.ensure_future(self._reap(proc, ended))
+            self._reapers.add(reaper)
+            reaper.add_done_callback(self._reapers.discard)
             raise
-        finally:
-            loop.remove_reader(proc.sentinel)
-            proc.join()
-            self._running.pop(proc.pid, None)
+        self._reap_now(proc)
         rc = proc.exitcode if proc.exitcode is not None else -1
-        status = "successful" if rc == 0 else ("canceled" if rc < 0 else "failed")
+        status = status or ("successful" if rc == 0 else ("canceled" if rc < 0 else "failed"))
         (artifact_dir / "rc").write_text(str(rc))
         (artifact_dir / "status").write_text(status)
         events = await loop.run_in_executor(None, read_events, artifact_dir)
@@ -140,14 +151,35 @@ class WarmExecutor:
         await loop.run_in_executor(None, prune_artifacts, request)
         return result
 
+    async def _reap(self, proc: multiprocessing.process.BaseProcess, ended: asyncio.Future[None]) -> None:
+        await _ended(proc, ended)
+        self._reap_now(proc)
 
-def _kill_group(proc: multiprocessing.process.BaseProcess) -> None:
+    def _reap_now(self, proc: multiprocessing.process.BaseProcess) -> None:
+        """Forgets a run whose process has ended (or will not: it was killed). Never blocks."""
+        asyncio.get_running_loop().remove_reader(proc.sentinel)
+        proc.join(timeout=0)
+        self._running.pop(proc.pid or 0, None)
+
+
+async def _ended(proc: multiprocessing.process.BaseProcess, ended: asyncio.Future[None], bound: float = 10.0) -> None:
+    """Until the killed run's process is gone (its sentinel), without blocking the event loop."""
+    try:
+        await asyncio.wait_for(asyncio.shield(ended), bound)
+    except TimeoutError:
+        log.warning("run process %s did not end %.0fs after SIGKILL", proc.pid, bound)
+
+
+def _stop(proc: multiprocessing.process.BaseProcess) -> None:
+    """SIGKILL to the run and its process group: the run, its task workers and their module forks. The run
+    itself first and by pid: one cancelled before it called setpgrp has no group yet (and then no children)."""
     if proc.pid is None:
         return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the run, its task workers and their module forks
-    except (ProcessLookupError, PermissionError):
-        pass
+    for kill in (os.kill, os.killpg):
+        try:
+            kill(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _noop() -> None:

@@ -4,7 +4,9 @@ never end, output a reader cannot decode, names at the limit."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+from tests.kube import wait_for
 from tests.operator import Widgets, widget_watch
 
 PERIOD = "ansible.sdk.operatorframework.io/reconcile-period"
@@ -23,3 +25,35 @@ def test_a_period_that_is_not_positive_is_refused_not_spun(widgets: Widgets, sta
     assert "-5m" in op.wait_for_log(rf"WARNING .*{PERIOD}.*negative")
     widgets.patch("negative", {"spec": {"message": "changed"}})  # the object is still served
     widgets.wait_successful("negative", generation=2)
+
+
+def session_processes(sid: int) -> list[int]:
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def test_a_run_that_never_ends_is_stopped_at_its_timeout(widgets: Widgets, start_operator) -> None:
+    """A role waiting forever holds its object and a run slot: its run timeout (the watch's runTimeout, or
+    the object's annotation) stops it, process group and all, and its Failure says which timeout."""
+    op = start_operator([widget_watch(runTimeout="3s")])
+    assert op.proc is not None
+    idle = set(session_processes(op.proc.pid))
+    widgets.create("stuck", {"sleep": 600})
+    widgets.create("annotated", {"sleep": 600}, annotations={"playbook-operator.dev/run-timeout": "5s"})
+    op.wait_for_log(r"run start: Widget \S+/(stuck|annotated)", count=2)
+    time.sleep(1)
+    first_runs = set(session_processes(op.proc.pid)) - idle  # the runs, their task workers, the modules waiting
+    assert first_runs
+    for name, timeout, source in (("stuck", "3s", "runTimeout"), ("annotated", "5s", "playbook-operator.dev/run-timeout")):
+        failed = widgets.wait_condition(name, "Failure", "True", timeout=60)
+        message = next(c for c in failed["status"]["conditions"] if c["type"] == "Failure")["message"]
+        assert timeout in message and source in message, message
+    wait_for("the timed-out runs' processes to go", lambda: not first_runs & set(session_processes(op.proc.pid)),
+             timeout=10)

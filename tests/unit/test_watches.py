@@ -170,3 +170,12 @@ def test_durations_beyond_gos_are_invalid_as_in_go() -> None:
     for text in ("2562048h", "9999999999h", "1" + "0" * 400 + "s"):
         with pytest.raises(ValueError):
             parse_duration(text)
+
+
+def test_run_timeout_of_a_watch(project: Path) -> None:
+    entry = "- {version: v1, group: g, kind: K, role: memcached, runTimeout: %s}\n"
+    assert load(project, entry % "15m")[0].run_timeout == 900
+    assert load(project, entry % "0")[0].run_timeout == 0  # no limit
+    assert load(project, "- {version: v1, group: g, kind: K, role: memcached}\n")[0].run_timeout is None
+    with pytest.raises(ConfigError, match="'runTimeout': '-1m' is negative"):
+        load(project, entry % "'-1m'")
