@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from . import metrics
 from .kopf_without_client import kopf
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,22 @@ _WRITE = "write"  # a request's trace context: the fence applies to it
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
+def _host(url: Any) -> str:
+    """host[:port] as client-go's rest_client metrics label it (the base URL's Host)."""
+    host = f"[{url.raw_host}]" if ":" in (url.raw_host or "") else (url.raw_host or "none")
+    return f"{host}:{url.explicit_port}" if url.explicit_port else host
+
+
+async def _count_answer(_session: aiohttp.ClientSession, _context: Any, params: aiohttp.TraceRequestEndParams) -> None:
+    metrics.REST_CLIENT_REQUESTS.labels(str(params.response.status), params.method.upper(), _host(params.url)).inc()
+
+
+async def _count_error(_session: aiohttp.ClientSession, _context: Any,
+                       params: aiohttp.TraceRequestExceptionParams) -> None:
+    if not isinstance(params.exception, Fenced):  # never sent
+        metrics.REST_CLIENT_REQUESTS.labels("<error>", params.method.upper(), _host(params.url)).inc()
+
+
 class ApiSession:
     def __init__(self, connection: kopf.ConnectionInfo,
                  reload: Callable[[], kopf.ConnectionInfo] | None = None) -> None:
@@ -137,6 +154,8 @@ class ApiSession:
             trace = aiohttp.TraceConfig()
             trace.on_connection_reuseconn.append(self._check_fence)
             trace.on_connection_create_end.append(self._check_fence)
+            trace.on_request_end.append(_count_answer)
+            trace.on_request_exception.append(_count_error)
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=tls, limit=0),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), trace_configs=[trace])

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import leader as leader_mod
+from . import metrics
 from .ansible import CALLBACK_DIR, COLLECTIONS_DIR
 from .apisession import ApiSession
 from .config import GVK, RunConfig, Watch
@@ -190,7 +191,8 @@ class Operator:
 
         queue = WorkQueue(name=watch.gvk.kind, workers=watch.max_concurrent_reconciles, handler=reconcile,
                           global_cap=global_cap, backoff=Backoff(cfg.retry_backoff_base, cfg.retry_backoff_max),
-                          may_run=self.leader.fresh if self.leader else (lambda: True))
+                          may_run=self.leader.fresh if self.leader else (lambda: True),
+                          controller=metrics.controller_name(watch.gvk))
         store = ObjectStore(watch, queue)
         primary = PrimaryKind(api, kube, watch, store, cfg.watch_namespaces)
         settings = Settings(cfg.reconcile_period, cfg.artifacts_dir, cfg.ansible_args, cfg.ansible_log_events,

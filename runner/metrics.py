@@ -26,6 +26,65 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 300))
 QUEUE_DEPTH = Gauge("playbook_operator_queue_depth", "Objects waiting for a run, by kind", ["kind"])
 IN_FLIGHT = Gauge("playbook_operator_runs_in_flight", "Runs in progress, by kind", ["kind"])
+# The Go operator's controller-runtime (v0.21) and client-go series, with their names, help texts, labels
+# and buckets, so that dashboards and alerts made for it work unchanged. A kind's controller is named as the Go
+# operator names it (controller_name); its workqueue has that name too.
+_CONTROLLER_RESULTS = ("error", "requeue_after", "requeue", "success")
+RECONCILE_TOTAL = Counter("controller_runtime_reconcile_total", "Total number of reconciliations per controller",
+                          ["controller", "result"])
+RECONCILE_ERRORS = Counter("controller_runtime_reconcile_errors_total",
+                           "Total number of reconciliation errors per controller", ["controller"])
+TERMINAL_RECONCILE_ERRORS = Counter("controller_runtime_terminal_reconcile_errors_total",
+                                    "Total number of terminal reconciliation errors per controller", ["controller"])
+RECONCILE_PANICS = Counter("controller_runtime_reconcile_panics_total",
+                           "Total number of reconciliation panics per controller", ["controller"])
+RECONCILE_TIME = Histogram(
+    "controller_runtime_reconcile_time_seconds", "Length of time per reconciliation per controller", ["controller"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
+             1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60))
+MAX_CONCURRENT_RECONCILES = Gauge("controller_runtime_max_concurrent_reconciles",
+                                  "Maximum number of concurrent reconciles per controller", ["controller"])
+ACTIVE_WORKERS = Gauge("controller_runtime_active_workers", "Number of currently used workers per controller",
+                       ["controller"])
+_WORKQUEUE_BUCKETS = tuple(10e-9 * 10 ** i for i in range(12))  # prometheus.ExponentialBuckets(10e-9, 10, 12)
+WORKQUEUE_DEPTH = Gauge("workqueue_depth", "Current depth of workqueue by workqueue and priority",
+                        ["name", "controller", "priority"])
+WORKQUEUE_ADDS = Counter("workqueue_adds_total", "Total number of adds handled by workqueue", ["name", "controller"])
+WORKQUEUE_LATENCY = Histogram("workqueue_queue_duration_seconds",
+                              "How long in seconds an item stays in workqueue before being requested",
+                              ["name", "controller"], buckets=_WORKQUEUE_BUCKETS)
+WORKQUEUE_WORK_DURATION = Histogram("workqueue_work_duration_seconds",
+                                    "How long in seconds processing an item from workqueue takes.",
+                                    ["name", "controller"], buckets=_WORKQUEUE_BUCKETS)
+WORKQUEUE_UNFINISHED = Gauge(
+    "workqueue_unfinished_work_seconds", "How many seconds of work has been done that is in progress and hasn't "
+    "been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck "
+    "threads by observing the rate at which this increases.", ["name", "controller"])
+WORKQUEUE_LONGEST = Gauge("workqueue_longest_running_processor_seconds",
+                          "How many seconds has the longest running processor for workqueue been running.",
+                          ["name", "controller"])
+WORKQUEUE_RETRIES = Counter("workqueue_retries_total", "Total number of retries handled by workqueue",
+                            ["name", "controller"])
+REST_CLIENT_REQUESTS = Counter("rest_client_requests_total",
+                               "Number of HTTP requests, partitioned by status code, method, and host.",
+                               ["code", "method", "host"])
+
+
+def controller_name(gvk: Any) -> str:
+    """What the Go ansible-operator names a kind's controller (and its workqueue): widget-v1alpha1-controller."""
+    return f"{gvk.kind.lower()}-{gvk.version.lower()}-controller"
+
+
+def init_controller(name: str, workers: int) -> None:
+    """A controller's series at zero from the start, as controller-runtime's initMetrics makes them."""
+    for result in _CONTROLLER_RESULTS:
+        RECONCILE_TOTAL.labels(name, result)
+    for counter in (RECONCILE_ERRORS, TERMINAL_RECONCILE_ERRORS, RECONCILE_PANICS):
+        counter.labels(name)
+    MAX_CONCURRENT_RECONCILES.labels(name).set(workers)
+    ACTIVE_WORKERS.labels(name).set(0)
+
+
 # controller-runtime's (client-go's leader election metrics provider), same name, help and label.
 LEADER = Gauge(
     "leader_election_master_status",

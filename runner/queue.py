@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -64,8 +65,19 @@ class WorkQueue:
     backoff: Backoff = field(default_factory=Backoff)
     # Runs start only while this says yes (the leader's lease is fresh); checked right before each run.
     may_run: Callable[[], bool] = lambda: True
+    controller: str = ""  # the Go operator's name for the kind's controller and workqueue (metrics); else name
 
     def __post_init__(self) -> None:
+        self.controller = self.controller or self.name
+        metrics.init_controller(self.controller, self.workers)
+        labels = (self.controller, self.controller)
+        metrics.WORKQUEUE_DEPTH.labels(*labels, "").set_function(lambda: len(self._dirty))
+        metrics.WORKQUEUE_UNFINISHED.labels(*labels).set_function(
+            lambda: sum(time.monotonic() - t for t in self._started.values()))
+        metrics.WORKQUEUE_LONGEST.labels(*labels).set_function(
+            lambda: max((time.monotonic() - t for t in self._started.values()), default=0.0))
+        self._added_at: dict[Key, float] = {}
+        self._started: dict[Key, float] = {}
         self._order: deque[Key] = deque()
         self._dirty: dict[Key, set[str]] = {}
         self._processing: set[Key] = set()
@@ -85,6 +97,8 @@ class WorkQueue:
             self._dirty[key].add(reason)
             return
         self._dirty[key] = {reason}
+        metrics.WORKQUEUE_ADDS.labels(self.controller, self.controller).inc()
+        self._added_at.setdefault(key, time.monotonic())
         if key not in self._processing:
             self._order.append(key)
             self._wakeup.set()
@@ -130,6 +144,10 @@ class WorkQueue:
         key = self._order.popleft()
         reasons = frozenset(self._dirty.pop(key, {CHANGE}))
         self._processing.add(key)
+        now = time.monotonic()
+        if (added := self._added_at.pop(key, None)) is not None:
+            metrics.WORKQUEUE_LATENCY.labels(self.controller, self.controller).observe(now - added)
+        self._started[key] = now
         self._idle.clear()
         self._report_depth()
         return key, reasons
@@ -140,6 +158,7 @@ class WorkQueue:
         elif outcome.error:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
+            metrics.WORKQUEUE_RETRIES.labels(self.controller, self.controller).inc()
             self.add_after(key, self.backoff.delay(failures), RETRY)
         else:
             self._failures.pop(key, None)
@@ -153,6 +172,8 @@ class WorkQueue:
 
     def _done(self, key: Key, outcome: Outcome) -> None:
         self._processing.discard(key)
+        if (started := self._started.pop(key, None)) is not None:
+            metrics.WORKQUEUE_WORK_DURATION.labels(self.controller, self.controller).observe(time.monotonic() - started)
         try:
             self._schedule(key, outcome)
         except Exception:  # a worker must outlive any bookkeeping error: retry the key later
@@ -175,16 +196,36 @@ class WorkQueue:
                     while not self.may_run():  # noqa: ASYNC110 - a time-based condition, no event to wait on
                         await asyncio.sleep(0.2)  # the operator is about to stop (leadership lost)
                     metrics.IN_FLIGHT.labels(self.name).inc()
+                    metrics.ACTIVE_WORKERS.labels(self.controller).inc()
+                    started = time.monotonic()
                     try:
                         outcome = await self.handler(key, reasons)
                     finally:
                         metrics.IN_FLIGHT.labels(self.name).dec()
+                        metrics.ACTIVE_WORKERS.labels(self.controller).dec()
+                        metrics.RECONCILE_TIME.labels(self.controller).observe(time.monotonic() - started)
+                    self._count(outcome)
             except asyncio.CancelledError:
                 self._processing.discard(key)
+                self._started.pop(key, None)
                 raise
             except Exception:
                 log.exception("reconcile of %s %s/%s crashed; retrying with backoff", self.name, *key)
+                metrics.RECONCILE_PANICS.labels(self.controller).inc()
+                self._count(outcome)
             self._done(key, outcome)
+
+    def _count(self, outcome: Outcome) -> None:
+        """controller_runtime_reconcile_total's result, as controller-runtime tells them apart: a success that
+        comes back after a period (the reconcile period included, as in the Go operator) is requeue_after."""
+        if outcome.error:
+            metrics.RECONCILE_ERRORS.labels(self.controller).inc()
+            result = "error"
+        elif not outcome.forget and any(d is not None and d > 0 for d in (outcome.requeue_after, outcome.resync_after)):
+            result = "requeue_after"
+        else:
+            result = "success"
+        metrics.RECONCILE_TOTAL.labels(self.controller, result).inc()
 
     def start(self) -> None:
         for i in range(self.workers):

@@ -239,6 +239,40 @@ def test_endpoints_metrics_and_user_metrics(widgets: Widgets, start_operator) ->
     wait_for("m1's series gone", lambda: 'name="m1"' not in op.http_get("/metrics", "metrics")[1])
 
 
+def test_the_go_operators_controller_runtime_metrics(namespace: str, widgets: Widgets, start_operator) -> None:
+    """Dashboards and alerts made for the Go operator read controller-runtime's and client-go's series: the
+    same names, labels and label values (controller-runtime v0.21, as in ansible-operator v1.42)."""
+    op = start_operator([widget_watch()], "--leader-elect", "--leader-election-id", "metrics-lock",
+                        "--leader-election-namespace", namespace)
+    widgets.create("ok", {})
+    widgets.create("broken", {"fail": True})
+    widgets.wait_successful("ok")
+    widgets.wait_condition("broken", "Failure")
+    wait_for("a retry of the broken one", lambda: len(op.runs("broken")) >= 2, timeout=30)
+    text = op.http_get("/metrics", "metrics")[1]
+    controller = 'controller="widget-v1alpha1-controller"'
+    queue = f'{controller},name="widget-v1alpha1-controller"'
+    for series in (rf'controller_runtime_reconcile_total\{{{controller},result="requeue_after"\}} [1-9]',
+                   rf'controller_runtime_reconcile_total\{{{controller},result="error"\}} [1-9]',
+                   rf'controller_runtime_reconcile_total\{{{controller},result="success"\}} ',
+                   rf'controller_runtime_reconcile_total\{{{controller},result="requeue"\}} 0\.0',
+                   rf'controller_runtime_reconcile_errors_total\{{{controller}\}} [1-9]',
+                   rf'controller_runtime_reconcile_time_seconds_bucket\{{{controller},le="0\.005"\}} ',
+                   rf'controller_runtime_max_concurrent_reconciles\{{{controller}\}} [1-9]',
+                   rf'controller_runtime_active_workers\{{{controller}\}} ',
+                   rf'workqueue_depth\{{{queue},priority=""\}} ',
+                   rf'workqueue_adds_total\{{{queue}\}} [1-9]',
+                   rf'workqueue_retries_total\{{{queue}\}} [1-9]',
+                   rf'workqueue_queue_duration_seconds_bucket\{{{controller},le="1e-08",name="widget-v1alpha1-controller"\}} ',
+                   rf'workqueue_work_duration_seconds_count\{{{queue}\}} [1-9]',
+                   rf'workqueue_unfinished_work_seconds\{{{queue}\}} ',
+                   rf'workqueue_longest_running_processor_seconds\{{{queue}\}} ',
+                   r'leader_election_master_status\{name="metrics-lock"\} 1\.0',
+                   r'rest_client_requests_total\{code="200",host="127\.0\.0\.1:\d+",method="GET"\} [1-9]',
+                   r'rest_client_requests_total\{code="201",host="127\.0\.0\.1:\d+",method="POST"\} [1-9]'):
+        assert re.search(f"^{series}", text, re.M), series
+
+
 def test_role_events_and_custom_conditions(kube: Kube, namespace: str, widgets: Widgets, start_operator) -> None:
     start_operator([widget_watch()])
     widgets.create("ev", {"emitEvent": "WidgetPolished", "readyCondition": True, "message": "shiny"})
