@@ -99,7 +99,7 @@ DPKG_EXCLUDES: tuple[str, ...] = (
     "path-exclude=/usr/lib/postgresql/*/lib/bitcode/*",
 )
 BASE_TOOLS: tuple[str, ...] = ("bash", "coreutils", "util-linux", "procps", "iproute2", "gzip")
-OPERATOR_PACKAGES: tuple[str, ...] = ("python3", "python3-venv")
+OPERATOR_PACKAGES: tuple[str, ...] = ("python3", "python3-venv", "tini")  # tini: PID 1, reaping orphans
 # Copied from the project into the operator image's working directory (deploy/Dockerfile's COPY lines).
 OPERATOR_WORKDIR_FILES: tuple[str, ...] = ("watches.yaml", "roles", "playbooks")
 # The project files the operator image is made of; their bytes are part of its key.
@@ -1223,7 +1223,7 @@ def _build_operator(spec: ImageSpec, work: Path, log: Path) -> tuple[list[Layer]
         layers,
         env={"PATH": f"/opt/venv/bin:{STD_PATH}", "VIRTUAL_ENV": "/opt/venv", "HOME": "/opt/ansible",
              "PIP_NO_CACHE_DIR": "1", "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit", "LANG": "C.UTF-8"},
-        entrypoint=["playbook-operator"], cmd=["run", "--watches-file=./watches.yaml"],
+        entrypoint=["/usr/bin/tini", "--", "playbook-operator"], cmd=["run", "--watches-file=./watches.yaml"],
         user=str(OPERATOR_UID), workdir="/opt/ansible", history=f"localcluster.images {spec.ref}",
     )
     return layers, config
