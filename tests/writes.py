@@ -17,11 +17,13 @@ spells are wider than the truth at both ends, and ``history_overlaps`` finds two
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from itertools import pairwise
 
 from tests.kube import Kube, wait_for
-from tests.realnode import psql_in_server, simple_pod, wait_pod_ready
+from tests.realnode import POSTGRES_IMAGE, psql_in_server, ready_database, simple_pod, wait_pod_ready
+from tests.sampledb import get, roles
 
 TABLE = "acked_writes"
 STOP_FILE = "/tmp/stop"
@@ -222,3 +224,38 @@ def history_overlaps(history: dict[str, list[tuple[float, str]]], now: float) ->
     """Pairs of spells of different servers that overlap at all: two servers that could both take writes."""
     spells = history_spells(history, now)
     return [(a, b) for i, a in enumerate(spells) for b in spells[i + 1:] if a[0] != b[0] and b[1] < a[2]]
+
+
+def under_writes(kube: Kube, namespace: str, name: str, **spec: object) -> tuple[str, list[str], PrimaryChecker, Writer]:
+    """A Ready database with the checker and the writer running: its primary, its servers, both pods."""
+    primary = ready_database(kube, namespace, name, **spec)["status"]["currentPrimary"]
+    servers = sorted(roles(kube, namespace, name))
+    return (primary, servers, PrimaryChecker(kube, namespace, name, servers, POSTGRES_IMAGE),
+            Writer(kube, namespace, name, POSTGRES_IMAGE))
+
+
+def assert_safe(kube: Kube, namespace: str, name: str, writes: Writes, observations: list, servers: list[str]) -> str:
+    """Every acknowledged row is on the one primary, no two servers could take writes at once (by the checker's polls
+    and by each server's own record), and every other server comes back as a replica. Returns the primary."""
+    primary = get(kube, namespace, name)["status"]["currentPrimary"]
+    assert psql_in_server(kube, namespace, primary, "select pg_is_in_recovery()") == "f"
+    missing = sorted(set(writes.acked) - table_rows(kube, namespace, primary))
+    assert not missing, f"{len(missing)} acknowledged rows lost: {missing[:20]}"
+    assert primaries_overlap(observations) == [], "two servers accepted writes at once (polled)"
+    for pod in servers:
+        if pod != primary:
+            wait_for(f"{pod} to be a replica", lambda p=pod: psql_in_server(
+                kube, namespace, p, "select pg_is_in_recovery()", check=False) == "t", timeout=300, interval=2)
+    overlaps = history_overlaps(server_history(kube, namespace, servers), time.time())
+    assert overlaps == [], f"two servers could take writes at once (their own records): {overlaps}"
+    return primary
+
+
+def kill_operator_mid_change(kube: Kube, namespace: str, name: str, old: str, operator, start) -> None:
+    """SIGKILLs the operator once the Lease records a change of primary away from ``old`` (fenced, nobody promoted
+    yet), and starts another (which leads once the killed one's lease has expired)."""
+    wait_for("the change of primary recorded in the Lease", lambda: (
+        kube.coordination.read_namespaced_lease(f"{name}-primary", namespace).metadata.annotations or {}).get(
+        "sampledb.example.com/fencing") == old, timeout=300, interval=0.5)
+    operator.kill_group()
+    start()

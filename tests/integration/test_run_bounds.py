@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.kube import wait_for
-from tests.operator import Widgets, widget_watch
+from tests.kube import Kube, wait_for
+from tests.operator import TESTOP, Widgets, widget_watch
 
 PERIOD = "ansible.sdk.operatorframework.io/reconcile-period"
 
@@ -57,3 +57,30 @@ def test_a_run_that_never_ends_is_stopped_at_its_timeout(widgets: Widgets, start
         assert timeout in message and source in message, message
     wait_for("the timed-out runs' processes to go", lambda: not first_runs & set(session_processes(op.proc.pid)),
              timeout=10)
+
+
+def test_runs_that_end_early_or_print_megabytes_end_in_a_failure(widgets: Widgets, start_operator) -> None:
+    """A run that ends before its first task (a role Ansible cannot read); one that prints megabytes: each
+    still gets its Failure condition (the object must not stay at Running=True)."""
+    op = start_operator([widget_watch(role=str(TESTOP / "roles" / "garbled"))])
+    widgets.create("garbled", {})
+    failed = widgets.wait_condition("garbled", "Failure", "True", timeout=60)
+    assert next(c for c in failed["status"]["conditions"] if c["type"] == "Running")["status"] == "False"
+    op.stop()
+    start_operator([widget_watch(role=str(TESTOP / "roles" / "noisy"))], name="noisy")
+    widgets.create("noisy", {})
+    failed = widgets.wait_condition("noisy", "Failure", "True", timeout=60)
+    message = next(c for c in failed["status"]["conditions"] if c["type"] == "Failure")["message"]
+    assert message == "noisy role failed on purpose"
+
+
+def test_an_object_with_the_longest_name_gets_its_events(kube: Kube, namespace: str, widgets: Widgets,
+                                                         start_operator) -> None:
+    """Event names are the object's name and a digest: cut to fit Kubernetes' 253 characters."""
+    start_operator([widget_watch()])
+    name = "w" * 250
+    widgets.create(name, {"fail": True})
+    widgets.wait_condition(name, "Failure", "True", timeout=60)
+    wait_for("its ReconcileFailed Event", lambda: [
+        e for e in kube.core.list_namespaced_event(namespace).items
+        if e.involved_object.name == name and e.reason == "ReconcileFailed"], timeout=30)

@@ -421,3 +421,12 @@ def test_ansible_args_and_verbosity_annotation(kube: Kube, namespace: str, widge
     command = json.loads((run_dir / "command").read_text())["command"]
     assert "-vvv" in command and "--skip-tags" in command  # the annotation beats --ansible-verbosity
     assert "<localhost> EXEC" in (run_dir / "stdout").read_text()  # what -vvv prints
+
+
+def test_ansible_debug_logs_shows_each_runs_output(widgets: Widgets, start_operator) -> None:
+    """As the Go operator's ANSIBLE_DEBUG_LOGS (scaffolded manager.yaml files set it)."""
+    op = start_operator([widget_watch()], env={"ANSIBLE_DEBUG_LOGS": "True"})
+    widgets.create("verbose", {})
+    widgets.wait_successful("verbose")
+    log = op.wait_for_log(r"Widget \S+/verbose: ansible output:")
+    assert re.search(r"PLAY RECAP \*+\nlocalhost +: ok=", log)

@@ -59,10 +59,10 @@ def test_the_go_operators_spellings_and_the_scaffolded_manager_arguments(monkeyp
 
 
 def test_durations_are_validated_once_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.cli import check_durations
+    from runner.cli import check_flags
 
     def check(*argv: str) -> tuple[list[str], list[str]]:
-        return check_durations(config_from_args(run_parser().parse_args(list(argv))))
+        return check_flags(config_from_args(run_parser().parse_args(list(argv))))
 
     assert check() == ([], [])
     errors, warnings = check("--reconcile-period=-5m")
@@ -81,3 +81,44 @@ def test_refused_durations_stop_start_up(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit) as exc:
         run(["--retry-backoff-base=-1s"])
     assert exc.value.code == 2 and "--retry-backoff-base must be positive" in capsys.readouterr().err
+
+
+def test_the_default_concurrency_respects_the_containers_cpu_limit(tmp_path) -> None:
+    """resources.limits.cpu: 500m on a node of many CPUs is 1 run at once per kind by default, not one per CPU."""
+    import os
+
+    from runner.cli import available_cpus
+
+    cpus = len(os.sched_getaffinity(0))
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/kubepods/pod1/c1\n")
+    pod = tmp_path / "fs" / "kubepods" / "pod1"
+    (pod / "c1").mkdir(parents=True)
+    (pod / "c1" / "cpu.max").write_text("max 100000\n")
+    assert available_cpus(tmp_path / "fs", proc) == cpus  # no limit
+    (pod / "cpu.max").write_text("50000 100000\n")  # the pod's limit, one level up
+    assert cpus > 1 and available_cpus(tmp_path / "fs", proc) == 1
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("50000\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert available_cpus(v1, tmp_path / "none") == 1
+
+
+def test_metrics_tokens_are_never_asked_for_in_clear_text() -> None:
+    from runner.cli import check_flags
+
+    cfg = config_from_args(run_parser().parse_args(["--metrics-require-rbac"]))
+    assert check_flags(cfg)[0] == ["--metrics-secure flag is required when --metrics-require-rbac is present"]
+    cfg = config_from_args(run_parser().parse_args(["--metrics-require-rbac", "--metrics-secure"]))
+    assert check_flags(cfg)[0] == []
+
+
+def test_templated_specs_are_pointed_out_at_start_up() -> None:
+    from runner.cli import check_flags
+    from runner.config import GVK, Watch
+
+    cfg = config_from_args(run_parser().parse_args([]))
+    watches = [Watch(GVK("g", "v1", "Open")), Watch(GVK("g", "v1", "Closed"), mark_unsafe=True)]
+    (warning,) = check_flags(cfg, watches)[1]
+    assert warning.startswith("markUnsafe is false for g/v1, Kind=Open: ") and "Closed" not in warning

@@ -74,3 +74,18 @@ def test_plain_http_metrics_ask_no_token() -> None:
             await endpoints.stop()
 
     assert asyncio.run(go()) == 200
+
+
+def test_made_up_tokens_cost_a_bounded_memory() -> None:
+    async def go() -> int:
+        security = MetricsSecurity(secure=True, reviewer=FakeReviewer(), max_seen=50)  # type: ignore[arg-type]
+        endpoints = Endpoints("127.0.0.1:0", "127.0.0.1:0", lambda: True, security)
+        await endpoints.start()
+        try:
+            for i in range(120):
+                await scrape(endpoints, f"made-up-{i}")
+        finally:
+            await endpoints.stop()
+        return len(security._seen)
+
+    assert asyncio.run(go()) <= 50

@@ -90,3 +90,22 @@ def test_a_requeue_period_beyond_gos_durations_is_invalid() -> None:
     out = interpret([_requeue("9999999999h"), stats()], 0, "successful")
     assert not out.ok and out.requeue_after is None
     assert out.failures == ["requeue_after: invalid time '9999999999h'"]
+
+
+def test_the_output_of_a_run_without_events_is_read_from_its_end(tmp_path, caplog) -> None:
+    """Megabytes, and bytes that are no UTF-8: the log shows the end of it, and the reconcile goes on to write
+    the Failure (reading it must not raise)."""
+    from pathlib import Path
+
+    from runner.execution import RunResult
+    from runner.reconcile import Reconciler, Settings
+
+    (tmp_path / "stdout").write_bytes(b"x" * 5_000_000 + b"\xff\xfe caf\xe9 ERROR! the end\n")
+    reconciler = Reconciler.__new__(Reconciler)
+    reconciler.settings = Settings(0, Path(tmp_path), "", "Tasks")
+    result = RunResult(rc=4, status="failed", events=[], artifact_dir=tmp_path)
+    request = type("Request", (), {"label": "Widget ns/w", "ident": "1"})()
+    with caplog.at_level("ERROR"):
+        reconciler._log_result(request, result, 1.0, "run")  # type: ignore[arg-type]
+    shown = caplog.records[-1].getMessage()
+    assert shown.endswith("ERROR! the end\n") and len(shown) < 5000

@@ -45,3 +45,9 @@ def test_idle_resync_equivalence_ignores_the_runs_counts_not_its_outcome() -> No
     assert b != a and status.conditions_equivalent(a, b)
     failed = status.done(a, False, {"ok": 0, "changed": 0, "skipped": 0, "failures": 1, "completion": "t3"}, ["boom"])
     assert not status.conditions_equivalent(a, failed)
+
+
+def test_a_failure_message_of_megabytes_is_cut_to_fit_an_object() -> None:
+    conditions = status.done([], False, None, ["x" * 2_000_000])
+    message = status.get_condition(conditions, status.FAILURE)["message"]
+    assert len(message) < 40_000 and message.endswith("(1967232 more characters in the operator's log)")

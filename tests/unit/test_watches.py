@@ -179,3 +179,36 @@ def test_run_timeout_of_a_watch(project: Path) -> None:
     assert load(project, "- {version: v1, group: g, kind: K, role: memcached}\n")[0].run_timeout is None
     with pytest.raises(ConfigError, match="'runTimeout': '-1m' is negative"):
         load(project, entry % "'-1m'")
+
+
+def test_an_environment_override_that_is_no_integer_falls_back_to_the_default(
+        project: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """As the Go operator: a warning and the default, not a refusal to start."""
+    monkeypatch.setenv("MAX_CONCURRENT_RECONCILES_K_G", "lots")
+    monkeypatch.setenv("WORKER_K_G", "5")  # not read when the newer spelling is set, as in Go
+    monkeypatch.setenv("ANSIBLE_VERBOSITY_K_G", "loud")
+    (w,) = load(project, "- {version: v1, group: g, kind: K, role: memcached}\n", max_concurrent_reconciles=3)
+    assert (w.max_concurrent_reconciles, w.ansible_verbosity) == (3, 2)
+    assert "MAX_CONCURRENT_RECONCILES_K_G='lots' is not an integer" in caplog.text
+
+
+def test_artifacts_are_laid_out_as_the_go_operators() -> None:
+    from runner.config import GVK, Watch
+    from runner.reconcile import Reconciler, Settings
+
+    def private_dir(gvk: GVK, namespace: str, name: str) -> str:
+        reconciler = Reconciler.__new__(Reconciler)
+        reconciler.watch, reconciler.settings = Watch(gvk), Settings(0, Path("/r"), "", "Tasks")
+        return str(reconciler.private_dir(namespace, name))
+
+    assert private_dir(GVK("cache.example.com", "v1", "Memcached"), "ns", "m") == "/r/cache.example.com/v1/Memcached/ns/m"
+    assert private_dir(GVK("example.com", "v1", "Platform"), "", "p") == "/r/example.com/v1/Platform/p"
+    assert private_dir(GVK("", "v1", "Secret"), "ns", "s") == "/r/v1/Secret/ns/s"
+
+
+def test_ansible_debug_logs_is_read_as_go_reads_a_bool(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.cli import config_from_args, run_parser
+
+    for value, expected in (("true", True), ("1", True), ("T", True), ("false", False), ("yes", False)):
+        monkeypatch.setenv("ANSIBLE_DEBUG_LOGS", value)
+        assert config_from_args(run_parser().parse_args([])).ansible_debug_logs is expected

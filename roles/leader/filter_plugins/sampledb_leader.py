@@ -136,7 +136,7 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
       holder       the Lease's holderIdentity to write
       changed      a new primary was promoted in this run
       began        a change of primary began in this run
-      reason       failover | switchover | upgrade | recovery, for a change in progress or just made
+      reason       failover | switchover | upgrade | rollout | recovery, for a change in progress or just made
       evict        the old primary's pod to delete (it did not stop within the fence timeout)
       message      what is happening, for status and Events
       refused      why ``requested`` cannot be done ('' when it can, or when nothing was requested)
@@ -514,8 +514,8 @@ def sampledb_leader_events(first: dict, plan: dict, grace_seconds=10, switchover
     """The Events of a run's change of primary: its first step (``first``) began a change or evicted a pod; its last
     (``plan``) promoted, is blocked, refused a switchover, or recorded a lost Lease again. [{reason, type, message}]"""
     def switching(p: dict) -> bool:
-        return p.get("reason") in ("switchover", "upgrade")
-    upgrade = " for the upgrade" if plan.get("reason") == "upgrade" else ""
+        return p.get("reason") in ("switchover", "upgrade", "rollout")
+    upgrade = {"upgrade": " for the upgrade", "rollout": " to update the servers"}.get(plan.get("reason"), "")
     events = []
     if first.get("began") and not plan.get("changed"):
         if first.get("reason") == RECOVERY:

@@ -44,7 +44,7 @@ def _phase(f: dict[str, Any], failure: str, primary_ok: bool, failover: bool) ->
         return "Upgrading"
     if not f["initialized"] or (f["was"] == "Provisioning" and f["ready"] < f["desired"]):
         return "Provisioning"
-    if failover and f["change_reason"] == "switchover":
+    if failover and f["change_reason"] in ("switchover", "rollout"):
         return "SwitchingOver"
     if failover or not (primary_ok or f["hold"]):
         return "FailingOver"
