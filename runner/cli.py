@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import math
 import os
 import sys
 from pathlib import Path
 
 from . import __version__
-from .config import ConfigError, RunConfig, load_watches, parse_duration
+from .config import ConfigError, RunConfig, Watch, load_watches, parse_duration
 
 
 def _duration(text: str) -> float:
@@ -55,7 +56,7 @@ def run_parser() -> argparse.ArgumentParser:
     a("--reconcile-period", type=_duration, default=d.reconcile_period,
       help="resync period when watches.yaml sets none (default: 10h)")
     a("--max-concurrent-reconciles", type=int, default=None,
-      help="runs at once per kind (default: the number of CPUs)")
+      help="runs at once per kind (default: the CPUs available, within the container's CPU limit)")
     a("--max-concurrent-runs", type=int, default=0,
       help="runs at once across all kinds (default: the sum of the per-kind limits)")
     a("--metrics-bind-address", "--metrics-addr", dest="metrics_bind_address", default=d.metrics_bind_address,
@@ -100,15 +101,53 @@ def run_parser() -> argparse.ArgumentParser:
     return p
 
 
+def available_cpus(cgroup_root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> int:
+    """CPUs this process may use: those it may run on, bounded by its cgroup's CPU limit (a container's
+    resources.limits.cpu; cgroup v2's cpu.max, along the path from the process's cgroup to the root, or v1's
+    CFS quota), rounded up. The Go operator's default (runtime.NumCPU) reads the CPUs only: a container limited
+    to 1 CPU on a 64-CPU node would run 64 Ansible runs at once per kind."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    limits = []
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    v2 = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
+    candidates: list[tuple[Path, Path | None]] = []
+    if v2 is not None:
+        path = Path(v2.strip() or "/")
+        for level in [path, *path.parents]:
+            candidates.append((cgroup_root / str(level).lstrip("/") / "cpu.max", None))
+    candidates.append((cgroup_root / "cpu.max", None))
+    candidates.append((cgroup_root / "cpu" / "cpu.cfs_quota_us", cgroup_root / "cpu" / "cpu.cfs_period_us"))
+    for quota_file, period_file in candidates:
+        try:
+            if period_file is None:
+                quota, _, period = quota_file.read_text().strip().partition(" ")
+            else:
+                quota, period = quota_file.read_text().strip(), period_file.read_text().strip()
+        except OSError:
+            continue
+        if quota not in ("max", "-1") and int(quota) > 0 and int(period or 100000) > 0:
+            limits.append(math.ceil(int(quota) / int(period or 100000)))
+    return max(1, min([cpus, *limits]))
+
+
+def go_bool(text: str) -> bool:
+    """Go's strconv.ParseBool; anything else is false (the Go operator's default for ANSIBLE_DEBUG_LOGS)."""
+    return text.strip() in ("1", "t", "T", "TRUE", "true", "True")
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Flags (named as RunConfig's fields) plus the environment, in one RunConfig."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig) if hasattr(args, f.name)}
     values.update(
         watches_file=Path(args.watches_file),
         artifacts_dir=Path(args.artifacts_dir),
-        max_concurrent_reconciles=args.max_concurrent_reconciles or os.cpu_count() or 1,
+        max_concurrent_reconciles=args.max_concurrent_reconciles or available_cpus(),
         log_format="text" if args.log_format == "console" else args.log_format,
         watch_namespaces=tuple(n.strip() for n in os.environ.get("WATCH_NAMESPACE", "").split(",") if n.strip()),
+        ansible_debug_logs=go_bool(os.environ.get("ANSIBLE_DEBUG_LOGS", "false")),
     )
     return RunConfig(**values)
 
@@ -117,11 +156,18 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 LEASE_JITTER = 1.2
 
 
-def check_durations(cfg: RunConfig) -> tuple[list[str], list[str]]:
-    """The flags' durations, validated once at start-up: (errors that stop it, warnings). A negative reconcile
-    period means no periodic reconcile, as the Go operator takes it; a negative grace period waits for runs
-    without a limit, as controller-runtime's does."""
+def check_flags(cfg: RunConfig, watches: list[Watch] | None = None) -> tuple[list[str], list[str]]:
+    """The flags (durations above all), validated once at start-up: (errors that stop it, warnings). A negative
+    reconcile period means no periodic reconcile, as the Go operator takes it; a negative grace period waits for
+    runs without a limit, as controller-runtime's does."""
     errors, warnings = [], []
+    if cfg.metrics_require_rbac and not cfg.metrics_secure:  # as the Go operator: tokens never in clear text
+        errors.append("--metrics-secure flag is required when --metrics-require-rbac is present")
+    unsafe = [str(w.gvk) for w in watches or [] if not w.mark_unsafe]
+    if unsafe:
+        warnings.append(f"markUnsafe is false for {', '.join(unsafe)}: Ansible templates strings of their specs, so "
+                        "anyone who may edit such an object runs code as the operator; set markUnsafe: true unless "
+                        "the roles expect templates in specs")
     if cfg.reconcile_period < 0:
         warnings.append(f"--reconcile-period {cfg.reconcile_period:g}s is negative: no periodic reconcile")
     if not cfg.retry_backoff_base > 0:
@@ -145,7 +191,7 @@ def run(argv: list[str]) -> int:
     parser = run_parser()
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
-    errors, warnings = check_durations(cfg)
+    errors, _ = check_flags(cfg)
     if errors:
         parser.error("; ".join(errors))
     import faulthandler
@@ -155,8 +201,6 @@ def run(argv: list[str]) -> int:
     from . import logs
 
     logs.setup(cfg.log_level, cfg.log_format)
-    for warning in warnings:
-        logging.getLogger("playbook_operator").warning("%s", warning)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` prints every thread's stack
     if cfg.ansible_roles_path:
         os.environ["ANSIBLE_ROLES_PATH"] = cfg.ansible_roles_path
@@ -168,6 +212,8 @@ def run(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"error: invalid watches file: {exc}", file=sys.stderr)
         return 2
+    for warning in check_flags(cfg, watches)[1]:
+        logging.getLogger("playbook_operator").warning("%s", warning)
     from .manager import Operator
 
     return asyncio.run(Operator(cfg, watches).run())

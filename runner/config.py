@@ -7,6 +7,7 @@ wrong types, bad durations and missing roles are errors here, not silent default
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RUNNER_ARTIFACTS = 20
 DEFAULT_RECONCILE_PERIOD = 10 * 3600.0  # upstream's --reconcile-period default (10h)
@@ -286,13 +289,16 @@ def _selector(ctx: _Ctx, value: dict[str, Any]) -> LabelSelector:
 
 
 def _env_int(name: str) -> int | None:
+    """An integer from the environment; one that is not an integer is ignored with a warning (the default
+    applies, as in the Go operator)."""
     raw = os.environ.get(name)
     if raw is None:
         return None
     try:
         return int(raw)
-    except ValueError as exc:
-        raise ConfigError(f"environment variable {name}={raw!r}: expected an integer") from exc
+    except ValueError:
+        log.warning("environment variable %s=%r is not an integer: using the default", name, raw)
+        return None
 
 
 def load_watches(
@@ -362,7 +368,7 @@ def load_watches(
             finalizer = Finalizer(fin["name"], frole, fplaybook, dict(fin.get("vars") or {}))
 
         env_workers = _env_int(f"MAX_CONCURRENT_RECONCILES_{gvk.env_suffix}")
-        if env_workers is None:
+        if f"MAX_CONCURRENT_RECONCILES_{gvk.env_suffix}" not in os.environ:
             env_workers = _env_int(f"WORKER_{gvk.env_suffix}")  # deprecated upstream, still honoured
         workers = env_workers if env_workers and env_workers > 0 else max_concurrent_reconciles
         env_verbosity = _env_int(f"ANSIBLE_VERBOSITY_{gvk.env_suffix}")
@@ -468,3 +474,4 @@ class RunConfig:
     retry_backoff_base: float = 1.0
     retry_backoff_max: float = 300.0
     run_timeout: float = DEFAULT_RUN_TIMEOUT  # 0: no limit
+    ansible_debug_logs: bool = False  # ANSIBLE_DEBUG_LOGS: each run's whole output in the operator's log

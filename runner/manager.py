@@ -196,7 +196,7 @@ class Operator:
         store = ObjectStore(watch, queue)
         primary = PrimaryKind(api, kube, watch, store, cfg.watch_namespaces)
         settings = Settings(cfg.reconcile_period, cfg.artifacts_dir, cfg.ansible_args, cfg.ansible_log_events,
-                            cfg.run_timeout)
+                            cfg.run_timeout, cfg.ansible_debug_logs)
         reconciler = Reconciler(watch, primary, settings, kube, executor, store, playbooks, run_env, records)
         self.primaries.append(primary)
         self.queues.append(queue)

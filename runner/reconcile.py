@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import shutil
 import time
@@ -64,11 +65,26 @@ class Settings:
     ansible_args: str
     log_events: str  # Tasks | Everything | Nothing
     run_timeout: float = DEFAULT_RUN_TIMEOUT  # --run-timeout; 0: no limit
+    debug_logs: bool = False  # ANSIBLE_DEBUG_LOGS: each run's output in the log, as the Go operator prints it
 
 
 def _ident() -> str:
     # Sortable by time, unique among concurrent runs.
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+
+
+DEBUG_OUTPUT = 1024 * 1024  # the end of a run's output that ANSIBLE_DEBUG_LOGS shows
+
+
+def tail(path: Path, size: int = 4000) -> str:
+    """The end of a run's output, however long it is and whatever bytes it holds."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - size))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return "(no output)"
 
 
 def _int_annotation(obj: dict[str, Any], name: str, default: int) -> int:
@@ -105,8 +121,9 @@ class Reconciler:
 
     # ------------------------------------------------------------------ helpers
     def private_dir(self, namespace: str, name: str) -> Path:
+        # As the Go operator lays them out: <group>/<version>/<kind>/[<namespace>/]<name>, empty parts left out.
         g = self.watch.gvk
-        return self.settings.artifacts_root / (g.group or "core") / g.version / g.kind / (namespace or "_cluster") / name
+        return self.settings.artifacts_root.joinpath(*filter(None, (g.group, g.version, g.kind, namespace, name)))
 
     def reconcile_period(self, obj: dict[str, Any]) -> float | None:
         """The object's resync period, read once per reconcile: its annotation's, else the watch's, else the
@@ -358,7 +375,8 @@ class Reconciler:
                  "succeeded" if out.ok else "FAILED", seconds, counts.get("ok", 0), counts.get("changed", 0),
                  counts.get("skipped", 0), counts.get("failures", 0),
                  "" if out.ok else ": " + " | ".join(out.failures), extra=extra)
-        if not out.ok and not result.events:
-            stdout = (result.artifact_dir / "stdout")
-            if stdout.exists():
-                log.error("%s: ansible output:\n%s", request.label, stdout.read_text()[-4000:], extra=extra)
+        if self.settings.debug_logs:
+            log.info("%s: ansible output:\n%s", request.label, tail(result.artifact_dir / "stdout", DEBUG_OUTPUT),
+                     extra=extra)
+        elif not out.ok and not result.events:
+            log.error("%s: ansible output:\n%s", request.label, tail(result.artifact_dir / "stdout"), extra=extra)

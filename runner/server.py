@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 import logging
@@ -71,6 +72,10 @@ class MetricsSecurity:
     reviewer: Kube | None = None
     ttl: float = 60.0
     _seen: dict[str, tuple[float, int, str]] = field(default_factory=dict)
+    # Tokens nobody sent before each cost a TokenReview: at most this many answers kept, and this many reviews
+    # at once, so that a flood of made-up tokens costs the API server and this process little.
+    max_seen: int = 1024
+    _reviewing: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
 
     async def check(self, request: web.Request) -> web.Response | None:
         if self.reviewer is None:
@@ -82,8 +87,11 @@ class MetricsSecurity:
         now = time.monotonic()
         seen = self._seen.get(token)
         if seen is None or seen[0] < now:
-            status, reason = await self._review(self.reviewer, token)
+            async with self._reviewing:
+                status, reason = await self._review(self.reviewer, token)
             self._seen = {k: v for k, v in self._seen.items() if v[0] >= now}
+            while len(self._seen) >= self.max_seen:
+                del self._seen[next(iter(self._seen))]  # the oldest answer
             seen = self._seen[token] = (now + self.ttl, status, reason)
         return None if seen[1] == 200 else web.Response(status=seen[1], text=seen[2])
 

@@ -26,6 +26,9 @@ RUNNING_MESSAGE = "Running reconciliation"
 AWAITING_MESSAGE = "Awaiting next reconciliation"
 SUCCESSFUL_MESSAGE = "Last reconciliation succeeded"
 CONFLICT_RETRIES = 8
+# A condition's message is for people: a failure message of megabytes (a role quoting its own status back,
+# growing with each run) would make the object too large to store, and the status could never be written.
+MAX_MESSAGE = 32 * 1024
 
 
 def now() -> str:
@@ -94,9 +97,16 @@ def done(conditions: list[dict[str, Any]], ok: bool, ansible_result: dict[str, A
     else:
         if get_condition(out, RUNNING) is not None:
             out = set_condition(out, condition(RUNNING, "False", "Failed", "Reconciliation failed"))
-        out = set_condition(out, condition(FAILURE, "True", "Failed", "\n".join(failures), ansible_result))
+        out = set_condition(out, condition(FAILURE, "True", "Failed", bounded("\n".join(failures)), ansible_result))
         out = set_condition(out, condition(SUCCESSFUL, "False"))
     return out
+
+
+def bounded(message: str) -> str:
+    if len(message) <= MAX_MESSAGE:
+        return message
+    cut = len(message) - MAX_MESSAGE
+    return f"{message[:MAX_MESSAGE]}... ({cut} more characters in the operator's log)"
 
 
 def is_failed(obj: dict[str, Any]) -> bool:

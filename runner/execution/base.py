@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -81,16 +82,53 @@ class Executor(Protocol):
     async def stop(self) -> None: ...
 
 
-def read_events(artifact_dir: Path) -> list[dict[str, Any]]:
-    """The job events ansible-runner's callback wrote, in order."""
+def read_events(artifact_dir: Path, keep: Callable[[dict[str, Any]], dict[str, Any]] = lambda e: e,
+                ) -> list[dict[str, Any]]:
+    """The job events ansible-runner's callback wrote, in order; ``keep`` says what of each is kept (it is
+    applied as each is read, so that no more than one whole event is in memory at a time)."""
     events = []
     for path in (artifact_dir / "job_events").glob("*.json"):
         try:
-            events.append(json.loads(path.read_text()))
+            events.append(keep(json.loads(path.read_text())))
         except (OSError, ValueError):
             continue  # a partial file from a run killed mid-write
     events.sort(key=lambda e: e.get("counter", 0))
     return events
+
+
+# What the operator reads of a job event (outcome.py, the run's log lines); a registered result of megabytes
+# is not among it, and a run's events stay in memory until its reconcile ends.
+RESULT_KEYS = ("changed", "failed", "msg", "censored", "period", "osdk_metric", "skipped_reason")
+EVENT_DATA_KEYS = ("task", "task_action", "role", "ignore_errors")
+MAX_STDOUT = 4000
+
+
+def _slim_result(res: Any) -> Any:
+    if not isinstance(res, dict):
+        return res
+    out = {k: res[k] for k in RESULT_KEYS if k in res}
+    if isinstance(res.get("results"), list):
+        out["results"] = [_slim_result(r) for r in res["results"]]
+    return out
+
+
+def slim_event(event: dict[str, Any]) -> dict[str, Any]:
+    """A job event with what the operator reads of it; playbook_on_stats whole (its counts)."""
+    if event.get("event") == "playbook_on_stats":
+        return event
+    data = event.get("event_data") or {}
+    out = {k: event[k] for k in ("event", "counter", "created", "uuid") if k in event}
+    if isinstance(event.get("stdout"), str):
+        out["stdout"] = event["stdout"][-MAX_STDOUT:]
+    out["event_data"] = {k: data[k] for k in EVENT_DATA_KEYS if k in data}
+    if "res" in data:
+        out["event_data"]["res"] = _slim_result(data["res"])
+    return out
+
+
+def read_run_events(artifact_dir: Path) -> list[dict[str, Any]]:
+    """A run's job events in order, each with what the operator reads of it (``slim_event``)."""
+    return read_events(artifact_dir, slim_event)
 
 
 def prune_artifacts(request: RunRequest) -> None:

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import ansible_runner
 
-from .base import RunRequest, RunResult, prune_artifacts, read_events
+from .base import RunRequest, RunResult, prune_artifacts, read_run_events
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class ColdExecutor:
             timeout=int(request.timeout + 0.999) if request.timeout else None,  # its process group killed
         )
         self._cancelled.discard(request.ident)
-        events = read_events(request.artifact_dir)
+        events = read_run_events(request.artifact_dir)
         result = RunResult(rc=r.rc if r.rc is not None else -1, status=r.status or "error",
                            events=events, artifact_dir=request.artifact_dir)
         prune_artifacts(request)

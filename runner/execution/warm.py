@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import RunRequest, RunResult, prune_artifacts, read_events
+from .base import RunRequest, RunResult, prune_artifacts, read_run_events
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class WarmExecutor:
         status = status or ("successful" if rc == 0 else ("canceled" if rc < 0 else "failed"))
         (artifact_dir / "rc").write_text(str(rc))
         (artifact_dir / "status").write_text(status)
-        events = await loop.run_in_executor(None, read_events, artifact_dir)
+        events = await loop.run_in_executor(None, read_run_events, artifact_dir)
         result = RunResult(rc=rc, status=status, events=events, artifact_dir=artifact_dir)
         await loop.run_in_executor(None, prune_artifacts, request)
         return result
