@@ -70,10 +70,10 @@ def test_a_failover_as_deployed_promotes_the_most_advanced_replica_and_the_old_p
     assert psql_in_server(real, ns, old, "select string_agg(sync_state, ',') from pg_stat_replication") == \
         "quorum,quorum"
 
-    _patch(real, ns, "ha", {"spec": {"storage": {"size": "2Gi"}}})
+    _patch(real, ns, "ha", {"spec": {"storage": {"size": "3Gi"}}})  # (the sample's volumes are 2Gi)
     refused = wait_for("the storage edit refused in status", lambda: (c := condition(get(real, ns, "ha"), "Degraded"))
                        .get("reason") == "StorageNotGrown" and c, timeout=120, interval=1)
-    assert "StorageClass local-path cannot grow" in refused["message"] and "back to 1Gi" in refused["message"]
+    assert "StorageClass local-path cannot grow" in refused["message"] and "back to 2Gi" in refused["message"]
     assert get(real, ns, "ha")["status"]["phase"] == "Degraded"
 
     receiver = psql_in_server(real, ns, behind, "select pid from pg_stat_wal_receiver")
@@ -98,7 +98,7 @@ def test_a_failover_as_deployed_promotes_the_most_advanced_replica_and_the_old_p
     writes = writer.stop()
     assert assert_safe(real, ns, "ha", writes, checker.stop(), servers) == ahead
     # the storage edit can be taken back (the volumes' size is in status)
-    _patch(real, ns, "ha", {"spec": {"storage": {"size": "1Gi"}}})
+    _patch(real, ns, "ha", {"spec": {"storage": {"size": "2Gi"}}})
     wait_for("Degraded to clear", lambda: condition(get(real, ns, "ha"), "Degraded").get("status") == "False",
              timeout=120, interval=2)
     print(f"failover {old} → {ahead} (as deployed, operator killed half-way): longest write gap "
