@@ -117,8 +117,9 @@ def parse_path(path: str) -> RequestInfo | None:
 class ResourceIndex:
     """Plural → the kind (and whether it is namespaced), from discovery, cached per group/version."""
 
-    def __init__(self, api: ApiSession) -> None:
+    def __init__(self, api: ApiSession, timeout: aiohttp.ClientTimeout = UPSTREAM_TIMEOUT) -> None:
         self.api = api
+        self.timeout = timeout
         self._cache: dict[tuple[str, str], dict[str, Target]] = {}
 
     async def lookup(self, group: str, version: str, plural: str) -> Target | None:
@@ -126,7 +127,7 @@ class ResourceIndex:
         key = (group, version)
         if key not in self._cache or plural not in self._cache[key]:
             path = f"/apis/{group}/{version}" if group else f"/api/{version}"
-            async with self.api.request("GET", path, timeout=UPSTREAM_TIMEOUT) as resp:
+            async with self.api.request("GET", path, timeout=self.timeout) as resp:
                 if resp.status == 404:
                     return None
                 if resp.status != 200:
@@ -196,7 +197,7 @@ class OwnerProxy:
         self.inject = inject_owner_ref
         self.watcher = watcher
         self.records = records
-        self.index = ResourceIndex(api)
+        self.index = ResourceIndex(api, upstream_timeout)
         self.own_writes = own_writes
         self.upstream_timeout = upstream_timeout
         self._tokens: dict[str, Owner] = {}
@@ -325,7 +326,7 @@ class OwnerProxy:
 
     async def _live_metadata(self, path: str) -> dict[str, Any] | None:
         """The object's metadata as it is now; None if it does not exist."""
-        async with self.api.request("GET", path, headers={"Accept": METADATA}, timeout=UPSTREAM_TIMEOUT) as resp:
+        async with self.api.request("GET", path, headers={"Accept": METADATA}, timeout=self.upstream_timeout) as resp:
             if resp.status == 404:
                 return None
             resp.raise_for_status()
@@ -344,7 +345,7 @@ class OwnerProxy:
             patch = json.loads(body)
         except ValueError:
             return None
-        async with self.api.request("GET", request.path, timeout=UPSTREAM_TIMEOUT) as upstream:
+        async with self.api.request("GET", request.path, timeout=self.upstream_timeout) as upstream:
             if upstream.status != 200:
                 return None
             data = await upstream.read()
@@ -383,14 +384,17 @@ class OwnerProxy:
                     return _status(504, f"the API server's answer to {request.method} {request.path} stalled")
                 # before the role has the answer: a run that ended has recorded what it created
                 await self._observe(request, info, target, owner, data, upstream.status, link)
+            try:
                 await resp.prepare(request)
-                await resp.write(data)
+                if single and upstream.status < 300:
+                    await resp.write(data)
+                else:
+                    async for chunk in upstream.content.iter_any():
+                        await resp.write(chunk)
                 await resp.write_eof()
-                return resp
-            await resp.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await resp.write(chunk)
-            await resp.write_eof()
+            except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+                # the role went away (its run was stopped): nothing to answer, nothing wrong here
+                log.debug("%s %s: the client went away", request.method, request.path)
             return resp
 
     async def _upgrade(self, request: web.Request) -> web.StreamResponse:

@@ -74,6 +74,15 @@ class Kube:
         return env
 
 
+def gone(read: Callable[[], object]) -> bool:
+    """Whether reading the object answers 404."""
+    try:
+        read()
+    except client.ApiException as exc:
+        return exc.status == 404
+    return False
+
+
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25) -> T:
     """Polls ``fn`` until it returns something truthy; fails with ``what`` and the last value/error."""
     deadline = time.monotonic() + timeout

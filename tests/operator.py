@@ -140,6 +140,20 @@ class OperatorProcess:
             self.proc.wait()
 
 
+def session_processes(sid: int) -> list[int]:
+    """Every process of a session: an operator started in its own (start_new_session), its forkserver, its runs
+    (each in a process group of its own) and their task workers."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # after the command: state, ppid, pgrp, session
+            pids.append(int(stat.parent.name))
+    return pids
+
+
 class CustomObjects:
     """Objects of one custom kind, in one namespace (None: a cluster-scoped kind)."""
 

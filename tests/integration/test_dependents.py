@@ -8,16 +8,8 @@ import uuid
 
 from kubernetes import client
 
-from tests.kube import Kube, wait_for
+from tests.kube import Kube, gone, wait_for
 from tests.operator import FAST_PODS, Widgets, fresh_kind, widget_watch
-
-
-def gone(fn) -> bool:
-    try:
-        fn()
-    except client.ApiException as exc:
-        return exc.status == 404
-    return False
 
 
 def test_owned_dependents_come_back_and_go_with_their_owner(kube: Kube, namespace: str, widgets: Widgets,

@@ -7,11 +7,10 @@ import re
 import signal
 import time
 import uuid
-from pathlib import Path
 
 from tests.apiproxy import Fault
 from tests.kube import Kube, wait_for
-from tests.operator import OperatorProcess, Widgets, widget_watch
+from tests.operator import OperatorProcess, Widgets, session_processes, widget_watch
 
 FAST_LEASE = ("--leader-election-lease-duration", "6s", "--leader-election-renew-deadline", "4s",
               "--leader-election-retry-period", "1s")
@@ -112,19 +111,6 @@ def test_a_leader_that_cannot_renew_stops_before_its_lease_can_be_taken(kube: Ku
     widgets.wait_successful("first", generation=2)
     assert_never_both(a, b)
     assert len(a.runs()) == 1  # the frozen leader started nothing after it woke up
-
-
-def session_processes(sid: int) -> list[int]:
-    """Every process of a session: an operator, its forkserver, its runs and their task workers."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid:  # fields after the command: state, ppid, pgrp, session
-            pids.append(int(stat.parent.name))
-    return pids
 
 
 def test_a_paused_leader_writes_nothing_after_it_wakes(kube: Kube, namespace: str, widgets: Widgets, api_proxy,

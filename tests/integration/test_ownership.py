@@ -9,20 +9,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
 
-from tests.kube import Kube, ServiceAccountAccess, wait_for
+from tests.kube import Kube, ServiceAccountAccess, gone, wait_for
 from tests.operator import Widgets, kind_rules, widget_watch
 
 PRIMARY = ("operator-sdk/primary-resource", "operator-sdk/primary-resource-type")
-
-
-def gone(read) -> bool:
-    try:
-        read()
-    except client.ApiException as exc:
-        return exc.status == 404
-    return False
 
 
 @pytest.fixture

@@ -4,10 +4,9 @@ never end, output a reader cannot decode, names at the limit."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from tests.kube import Kube, wait_for
-from tests.operator import TESTOP, Widgets, widget_watch
+from tests.operator import TESTOP, Widgets, session_processes, widget_watch
 
 PERIOD = "ansible.sdk.operatorframework.io/reconcile-period"
 
@@ -25,18 +24,6 @@ def test_a_period_that_is_not_positive_is_refused_not_spun(widgets: Widgets, sta
     assert "-5m" in op.wait_for_log(rf"WARNING .*{PERIOD}.*negative")
     widgets.patch("negative", {"spec": {"message": "changed"}})  # the object is still served
     widgets.wait_successful("negative", generation=2)
-
-
-def session_processes(sid: int) -> list[int]:
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid:
-            pids.append(int(stat.parent.name))
-    return pids
 
 
 def test_a_run_that_never_ends_is_stopped_at_its_timeout(widgets: Widgets, start_operator) -> None:
