@@ -30,7 +30,17 @@ from localcluster.build import binary
 from localcluster.cluster import LocalCluster
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT, install_sampledb_crds, sampledb_watches
-from tests.realnode import POSTGRES_IMAGE, delete_pod, kill_postmaster, psql_in_server, ready_database, wait_endpoints
+from tests.realnode import (
+    AS_DEPLOYED_VARS,
+    POSTGRES_IMAGE,
+    as_deployed_args,
+    delete_pod,
+    deployed_credentials,
+    kill_postmaster,
+    psql_in_server,
+    ready_database,
+    wait_endpoints,
+)
 from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, get, roles
 from tests.writes import Writer, table_rows
 
@@ -156,9 +166,13 @@ def sampledb_operator(prefix: str) -> Iterator[tuple[Kube, str, OperatorRun]]:
     install_sampledb_crds(kube)
     ns = f"{prefix}-{int(time.time())}"
     kube.kubectl("create", "namespace", ns)
-    watches = Path(tempfile.mkdtemp(prefix=f"{prefix}-")) / "watches.yaml"
-    watches.write_text(yaml.safe_dump(sampledb_watches()))
-    op = ours(kube, ns, watches, "--ansible-roles-path", str(ROOT / "roles"))
+    work = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
+    watches = work / "watches.yaml"
+    watches.write_text(yaml.safe_dump(sampledb_watches(**AS_DEPLOYED_VARS)))
+    # as deployed: deploy/rbac's ServiceAccount, leader election, the production backoff and the roles' defaults
+    credentials = deployed_credentials(kube, work / "kubeconfig")
+    op = ours(kube, ns, watches, "--ansible-roles-path", str(ROOT / "roles"), *as_deployed_args(f"{prefix}-{ns[-10:]}"),
+              extra_env={"KUBECONFIG": str(credentials), "K8S_AUTH_KUBECONFIG": str(credentials)})
     op.start(OURS_READY)
     try:
         yield kube, ns, op

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client
 
 from localcluster import images
 from tests.kube import Kube, wait_for
+from tests.operator import ROOT
 from tests.sampledb import GROUP, PLURAL, RARE_SCHEDULE, VERSION, sample, wait_phase
 
 HELPER_IMAGE = "localhost/playbook-operator/helper:bookworm"
@@ -186,3 +188,36 @@ def freeze_postmaster(kube: Kube, namespace: str, pod: str) -> None:
 
 def thaw_postmaster(kube: Kube, namespace: str, pod: str) -> None:
     _signal_postmaster(kube, namespace, pod, "CONT")
+
+
+# The operator as `make deploy` runs it: deploy/rbac's ServiceAccount, leader election in its namespace, the
+# production retry backoff and the roles' defaults (tests.operator.sampledb_watches shortens those for kwok's tests).
+OPERATOR_NAMESPACE = "sampledb-system"
+SERVICE_ACCOUNT = "sampledb-operator"
+AS_DEPLOYED_VARS = {"progress_requeue": "5s", "health_requeue": "3s", "final_backup_requeue": "5s",
+                    "pod_extra_annotations": {}, "backup_pod_extra_annotations": {}}
+
+
+def as_deployed_args(lease: str) -> list[str]:
+    return ["--retry-backoff-max", "5m", "--leader-elect", "--leader-election-id", lease,
+            "--leader-election-namespace", OPERATOR_NAMESPACE]
+
+
+def deployed_credentials(kube: Kube, path: Path) -> Path:
+    """deploy/rbac as `make deploy` applies it, and at ``path`` a kubeconfig with its ServiceAccount's token: the
+    credentials the operator's pod has (never the admin's)."""
+    kube.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-n", OPERATOR_NAMESPACE, "-k",
+                 str(ROOT / "deploy" / "rbac"))
+    token = kube.kubectl("-n", OPERATOR_NAMESPACE, "create", "token", SERVICE_ACCOUNT, "--duration=12h").stdout.strip()
+    admin = yaml.safe_load(kube.kubeconfig.read_text())
+    current = next(x for x in admin["contexts"] if x["name"] == admin["current-context"])["context"]["cluster"]
+    cluster = next(c for c in admin["clusters"] if c["name"] == current)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "clusters": [cluster],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": cluster["name"], "user": SERVICE_ACCOUNT}}],
+        "current-context": "sa"}))
+    path.chmod(0o600)
+    return path

@@ -15,6 +15,7 @@ import yaml
 from localcluster.cluster import LocalCluster
 from tests.kube import Kube, find_kubectl, fresh_namespace, wait_for
 from tests.operator import ROOT, OperatorProcess, install_sampledb_crds, sampledb_watches, stop_all
+from tests.realnode import AS_DEPLOYED_VARS, as_deployed_args, deployed_credentials
 from tests.sampledb import GROUP, PLURAL, VERSION
 
 
@@ -37,32 +38,10 @@ def real_sampledb_crds(real: Kube) -> None:
     install_sampledb_crds(real)
 
 
-OPERATOR_NAMESPACE = "sampledb-system"
-SERVICE_ACCOUNT = "sampledb-operator"
-# The roles' own defaults, as the deployed operator runs them (sampledb_watches shortens them for kwok's tests).
-AS_DEPLOYED = {"progress_requeue": "5s", "health_requeue": "3s", "final_backup_requeue": "5s",
-               "pod_extra_annotations": {}, "backup_pod_extra_annotations": {}}
-
-
 @pytest.fixture(scope="session")
 def operator_kubeconfig(real: Kube, real_sampledb_crds: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """deploy/rbac as `make deploy` applies it, and a kubeconfig with its ServiceAccount's token: the credentials the
-    operator's pod has."""
-    real.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
-    real.kubectl("apply", "--server-side", "--force-conflicts", "-n", OPERATOR_NAMESPACE, "-k", str(ROOT / "deploy" / "rbac"))
-    token = real.kubectl("-n", OPERATOR_NAMESPACE, "create", "token", SERVICE_ACCOUNT, "--duration=12h").stdout.strip()
-    admin = yaml.safe_load(real.kubeconfig.read_text())
-    cluster = next(c for c in admin["clusters"]
-                   if c["name"] == next(x for x in admin["contexts"]
-                                        if x["name"] == admin["current-context"])["context"]["cluster"])
-    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "clusters": [cluster],
-        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": cluster["name"], "user": SERVICE_ACCOUNT}}],
-        "current-context": "sa"}))
-    path.chmod(0o600)
-    return path
+    """The credentials the operator's pod has: deploy/rbac's ServiceAccount's token."""
+    return deployed_credentials(real, tmp_path_factory.mktemp("operator") / "kubeconfig")
 
 
 @pytest.fixture
@@ -77,10 +56,8 @@ def real_sampledb_operator(real: Kube, real_namespace: str, real_sampledb_crds: 
 
     def start(*args: str, env: dict[str, str] | None = None, **extra_vars: object) -> OperatorProcess:
         credentials = {"KUBECONFIG": str(operator_kubeconfig), "K8S_AUTH_KUBECONFIG": str(operator_kubeconfig)}
-        op = OperatorProcess(real, real_namespace, tmp_path, sampledb_watches(**{**AS_DEPLOYED, **extra_vars}),
-                             ["--ansible-roles-path", str(ROOT / "roles"), "--retry-backoff-max", "5m",
-                              "--leader-elect", "--leader-election-id", lease,
-                              "--leader-election-namespace", OPERATOR_NAMESPACE, *args],
+        op = OperatorProcess(real, real_namespace, tmp_path, sampledb_watches(**{**AS_DEPLOYED_VARS, **extra_vars}),
+                             ["--ansible-roles-path", str(ROOT / "roles"), *as_deployed_args(lease), *args],
                              {**credentials, **(env or {})}, name=f"sampledb-operator-{len(ops)}")
         ops.append(op.start())
         return op
