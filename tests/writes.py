@@ -34,7 +34,7 @@ until psql -X -q -v ON_ERROR_STOP=1 -h "$HOST" -d app -c \
     'create table if not exists {TABLE} (seq bigint primary key, at timestamptz not null default now())' \
     >/dev/null 2>&1; do sleep 0.5; done
 echo ready
-i=0
+i=${START:-0}
 while [ ! -e {STOP_FILE} ]; do
   i=$((i + 1))
   if out=$(psql -X -q -A -t -v ON_ERROR_STOP=1 -h "$HOST" -d app \
@@ -118,9 +118,12 @@ def table_rows(kube: Kube, namespace: str, pod: str) -> set[int]:
 
 
 class Writer(_ScriptPod):
-    def __init__(self, kube: Kube, namespace: str, database: str, image: str, name: str = "writer") -> None:
+    def __init__(self, kube: Kube, namespace: str, database: str, image: str, name: str = "writer",
+                 start: int = 0) -> None:
+        """``start``: the rows go on from there (a database restored from one that a writer wrote already)."""
         host = f"{database}-primary.{namespace}.svc"
-        super().__init__(kube, namespace, name, _script_pod(name, image, database, _WRITER, {"HOST": host}))
+        super().__init__(kube, namespace, name, _script_pod(name, image, database, _WRITER,
+                                                            {"HOST": host, "START": str(start)}))
         wait_for(f"{name} to have written", lambda: len(self.writes().acked) >= 5, timeout=120, interval=1)
 
     def writes(self) -> Writes:

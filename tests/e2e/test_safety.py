@@ -150,18 +150,18 @@ def test_a_configuration_change_and_a_scale_down_never_take_the_primary_without_
     _switch_over(real, ns, "roll", "roll-2")
     before = _uids(real, ns, "roll")
 
-    _patch(real, ns, "roll", {"spec": {"parameters": {"max_connections": "150"}}})
+    _patch(real, ns, "roll", {"spec": {"parameters": {"max_connections": "250"}}})
     wait_for("every server restarted on the new configuration", lambda: (
         now := _uids(real, ns, "roll")).keys() == before.keys() and all(now[p] != before[p] for p in now)
         and get(real, ns, "roll")["status"].get("phase") == "Ready", timeout=600, interval=2)
     primary = get(real, ns, "roll")["status"]["currentPrimary"]
-    assert primary != "roll-2" and psql_in_server(real, ns, primary, "show max_connections") == "150"
+    assert primary != "roll-2" and psql_in_server(real, ns, primary, "show max_connections") == "250"
     switched = events(real, ns, "SwitchedOver")
     assert any("to update the servers" in e.message for e in switched), [e.message for e in switched]
     assert not events(real, ns, "FailedOver")
 
     restarted = _uids(real, ns, "roll")
-    _patch(real, ns, "roll", {"spec": {"parameters": {"max_connections": "150", "work_mem": "8MB"}}})
+    _patch(real, ns, "roll", {"spec": {"parameters": {"max_connections": "250", "work_mem": "8MB"}}})
     wait_for("the reloaded setting", lambda: psql_in_server(real, ns, primary, "show work_mem", check=False) == "8MB",
              timeout=240, interval=2)
     assert _uids(real, ns, "roll") == restarted  # reloaded in place, nobody restarted

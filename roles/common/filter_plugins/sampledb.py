@@ -108,6 +108,13 @@ def sampledb_restart_hash(configmap_data, restart_parameters):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def sampledb_settings(defaults, parameters=None, managed=None, names=()):
+    """The values postgresql.conf gets for ``names`` (the operator's defaults, spec.parameters over them, the managed
+    settings over both), as {name: value}."""
+    settings = {**(defaults or {}), **(parameters or {}), **(managed or {})}
+    return {n: str(settings[n]) for n in names if n in settings}
+
+
 def sampledb_postgresql_conf(defaults, parameters=None, managed=None):
     """postgresql.conf: the operator's defaults, spec.parameters over them, and the settings the servers depend
     on (listen address, port, socket directory, hot standby) over both, one `name = 'value'` line each, sorted."""
@@ -238,6 +245,7 @@ class FilterModule:
                 "sampledb_job_state": sampledb_job_state,
                 "sampledb_postgresql_conf": sampledb_postgresql_conf,
                 "sampledb_restart_hash": sampledb_restart_hash,
+                "sampledb_settings": sampledb_settings,
                 "sampledb_backup_times": sampledb_backup_times,
                 "sampledb_older_than": sampledb_older_than,
                 "sampledb_applied": sampledb_applied,

@@ -8,7 +8,30 @@ from __future__ import annotations
 
 import re
 
+import json
+
 REVISION_LABEL = "controller-revision-hash"
+STANDBY_SETTINGS = "sampledb.example.com/standby-settings"
+
+
+def _lowered(pod: dict, sts: dict) -> list[str]:
+    """The settings a standby must have at least as high as its primary that the new template lowers, compared with
+    what ``pod`` runs (both carry them in an annotation); [] when unknown."""
+    def settings(annotations: dict) -> dict:
+        try:
+            return json.loads((annotations or {}).get(STANDBY_SETTINGS) or "{}")
+        except ValueError:
+            return {}
+    now = settings((pod.get("metadata") or {}).get("annotations"))
+    new = settings(((((sts or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations"))
+    out = []
+    for name, value in new.items():
+        try:
+            if name in now and int(value) < int(now[name]):
+                out.append(name)
+        except ValueError:
+            continue
+    return sorted(out)
 
 
 def _ordinal(name: str) -> int:
@@ -78,6 +101,12 @@ def sampledb_rollout_step(pods, sts, primary, ready, replicas, cordoned=None):
         return {**step, "hold": len(members) == 1 and primary in waiting,
                 "message": f"waiting for {', '.join(waiting)} to be back on the new template"}
     replicas_left = [n for n in outdated if n != primary]
+    lowered = _lowered(by_name[primary], sts) if primary in outdated else []
+    if lowered:
+        # a standby with a lower value than its primary does not start: the primary takes it first, restarted in place
+        return {**step, "delete": primary, "hold": True,
+                "message": f"restarting {primary}, the primary, first: the new template lowers {', '.join(lowered)}, "
+                           "which no standby may have lower than its primary"}
     if replicas_left:
         # one at a time; a server that does not serve on the old template first (the new one may be its fix)
         victim = sorted(replicas_left, key=lambda n: (n in serving, -_ordinal(n)))[0]
