@@ -34,7 +34,7 @@ until psql -X -q -v ON_ERROR_STOP=1 -h "$HOST" -d app -c \
     'create table if not exists {TABLE} (seq bigint primary key, at timestamptz not null default now())' \
     >/dev/null 2>&1; do sleep 0.5; done
 echo ready
-i=${START:-0}
+i=${{START:-0}}
 while [ ! -e {STOP_FILE} ]; do
   i=$((i + 1))
   if out=$(psql -X -q -A -t -v ON_ERROR_STOP=1 -h "$HOST" -d app \
