@@ -41,7 +41,7 @@ while [ ! -e {STOP_FILE} ]; do
       -c "insert into {TABLE} (seq) values ($i)" 2>&1); then
     echo "ack $i $(date +%s.%N)"
   else
-    echo "fail $i $(date +%s.%N) $(echo "$out" | tr '\\n' ' ' | cut -c1-160)"
+    echo "fail $i $(date +%s.%N) $(echo "$out" | tr '\\n' ' ' | cut -c1-400)"
     sleep 0.2
   fi
 done
