@@ -78,7 +78,8 @@ undeploy: venv ## remove the operator's Deployment and RBAC
 
 .PHONY: run
 run: install ## run the operator in the foreground against the cluster
-	@$(LOCAL_KUBE) PATH=$(abspath $(BIN)):$$PATH $(PO) run --watches-file $(WATCHES)
+	@$(LOCAL_KUBE) PATH=$(abspath $(BIN)):$$PATH $(PO) run --watches-file $(WATCHES) \
+	  $(if $(filter watches.yaml,$(WATCHES)),--required-permissions deploy/rbac/role.yaml)
 
 .PHONY: lint
 lint: venv ## ruff

@@ -101,10 +101,11 @@ DPKG_EXCLUDES: tuple[str, ...] = (
 BASE_TOOLS: tuple[str, ...] = ("bash", "coreutils", "util-linux", "procps", "iproute2", "gzip")
 OPERATOR_PACKAGES: tuple[str, ...] = ("python3", "python3-venv", "tini")  # tini: PID 1, reaping orphans
 # Copied from the project into the operator image's working directory (deploy/Dockerfile's COPY lines).
-OPERATOR_WORKDIR_FILES: tuple[str, ...] = ("watches.yaml", "roles", "playbooks")
+OPERATOR_WORKDIR_FILES: tuple[str, ...] = ("watches.yaml", "roles", "playbooks", "deploy/rbac/role.yaml")
 # The project files the operator image is made of; their bytes are part of its key.
 OPERATOR_INPUTS: tuple[str, ...] = (
     "pyproject.toml", "constraints.txt", "README.md", "watches.yaml", "runner", "localcluster", "roles", "playbooks",
+    "deploy/rbac/role.yaml",
 )
 # The ansible package brings ~90 collections (470 MB installed); the image keeps the ones the roles and
 # playbooks name (found by scanning them) plus these.

@@ -98,6 +98,9 @@ def run_parser() -> argparse.ArgumentParser:
     a("--run-timeout", type=_duration, default=d.run_timeout,
       help="stop a run (its whole process group) that takes longer; 0: no limit (default: 1h). A watch's "
            "runTimeout and an object's playbook-operator.dev/run-timeout annotation take precedence")
+    a("--required-permissions", type=Path, default=os.environ.get("REQUIRED_PERMISSIONS") or None,
+      help="RBAC manifests (a ClusterRole or Role, or a list of rules) of what the roles do: every verb is asked of "
+           "the API server at start-up, and the operator stops naming any that is missing (default: no check)")
     return p
 
 
@@ -148,6 +151,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         log_format="text" if args.log_format == "console" else args.log_format,
         watch_namespaces=tuple(n.strip() for n in os.environ.get("WATCH_NAMESPACE", "").split(",") if n.strip()),
         ansible_debug_logs=go_bool(os.environ.get("ANSIBLE_DEBUG_LOGS", "false")),
+        required_permissions=Path(args.required_permissions) if args.required_permissions else None,
     )
     return RunConfig(**values)
 

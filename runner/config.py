@@ -475,3 +475,4 @@ class RunConfig:
     retry_backoff_max: float = 300.0
     run_timeout: float = DEFAULT_RUN_TIMEOUT  # 0: no limit
     ansible_debug_logs: bool = False  # ANSIBLE_DEBUG_LOGS: each run's whole output in the operator's log
+    required_permissions: Path | None = None  # RBAC manifests of what the roles do, checked at start-up

@@ -98,12 +98,14 @@ class Kube:
                                answer.get("message") or raw.decode(errors="replace")[:500])
         return json.loads(raw) if raw else None
 
-    async def allowed(self, verb: str, group: str, resource: str, namespace: str = "") -> bool:
+    async def allowed(self, verb: str, group: str, resource: str, namespace: str = "", subresource: str = "") -> bool:
         """Whether this operator's credentials may do that (a SelfSubjectAccessReview)."""
+        attributes = {"verb": verb, "group": group, "resource": resource, "namespace": namespace}
+        if subresource:
+            attributes["subresource"] = subresource
         review = await self.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
             "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource,
-                                            "namespace": namespace}}})
+            "spec": {"resourceAttributes": attributes}})
         return bool((review or {}).get("status", {}).get("allowed"))
 
     async def discover(self, gvk: GVK) -> Resource:

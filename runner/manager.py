@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import leader as leader_mod
-from . import metrics
+from . import metrics, permissions
 from .ansible import CALLBACK_DIR, COLLECTIONS_DIR
 from .apisession import ApiSession
 from .config import GVK, RunConfig, Watch
@@ -162,6 +162,14 @@ class Operator:
             return 1
         api.start()
         unfenced = Kube(api, fenced=False)  # the Lease's own requests, and reviews that change nothing
+        if cfg.required_permissions is not None:
+            missing = await permissions.check(unfenced, cfg.required_permissions, cfg.watch_namespaces)
+            if missing:
+                log.error("not allowed to do what the roles do (%s): %s; grant them (e.g. apply the operator's RBAC "
+                          "again) and start again", cfg.required_permissions, "; ".join(missing))
+                await api.close()
+                return 1
+            log.info("every permission in %s is granted", cfg.required_permissions)
         endpoints = Endpoints(cfg.health_probe_bind_address, cfg.metrics_bind_address, self.ready,
                               MetricsSecurity(cfg.metrics_secure, unfenced if cfg.metrics_require_rbac else None))
         await endpoints.start()

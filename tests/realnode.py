@@ -200,7 +200,8 @@ AS_DEPLOYED_VARS = {"progress_requeue": "5s", "health_requeue": "3s", "final_bac
 
 def as_deployed_args(lease: str) -> list[str]:
     return ["--retry-backoff-max", "5m", "--leader-elect", "--leader-election-id", lease,
-            "--leader-election-namespace", OPERATOR_NAMESPACE]
+            "--leader-election-namespace", OPERATOR_NAMESPACE,
+            "--required-permissions", str(ROOT / "deploy" / "rbac" / "role.yaml")]
 
 
 def deployed_credentials(kube: Kube, path: Path) -> Path:

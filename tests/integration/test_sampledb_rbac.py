@@ -14,16 +14,20 @@ import pytest
 import yaml
 
 from tests.kube import Kube, wait_for
-from tests.operator import ROOT
+from tests.operator import ROOT, OperatorProcess, sampledb_watches
 from tests.sampledb import GROUP, PLURAL, VERSION, backup_named, backup_status, sample, wait_phase
 
 
 @pytest.fixture
-def rbac(kube: Kube, namespace: str) -> Iterator[str]:
+def rbac(kube: Kube, namespace: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """deploy/rbac as kustomize renders it, with the ServiceAccount in the test's namespace and the cluster-wide
-    objects renamed for this test (and deleted after it); yields the ServiceAccount's name."""
+    objects renamed for this test (and deleted after it); yields the ServiceAccount's name. A test may leave rules
+    out (indirect parametrization: a list of resources whose rules are dropped)."""
     suffix = uuid.uuid4().hex[:6]
     docs = list(yaml.safe_load_all(kube.kubectl("kustomize", str(ROOT / "deploy" / "rbac")).stdout))
+    for d in docs:
+        if d["kind"] == "ClusterRole":
+            d["rules"] = [r for r in d["rules"] if not set(r["resources"]) & set(getattr(request, "param", []))]
     sa = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
     for d in docs:
         if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
@@ -58,7 +62,9 @@ def test_the_operator_runs_on_its_service_account(kube: Kube, namespace: str, rb
     config = str(sa_kubeconfig(kube, namespace, sa, tmp_path / "sa-kubeconfig"))
     # as the Deployment runs it: leader election on, in the operator's namespace
     op = sampledb_operators("--leader-elect", "--leader-election-id", "sampledb-operator",
+                            "--required-permissions", str(ROOT / "deploy" / "rbac" / "role.yaml"),
                             env={"KUBECONFIG": config, "K8S_AUTH_KUBECONFIG": config, "POD_NAMESPACE": namespace})
+    assert "every permission in" in op.logs()
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("db", replicas=2))
     db = wait_phase(kube, namespace, "db")
     assert db["status"]["currentPrimary"]
@@ -81,3 +87,23 @@ def test_the_operator_runs_on_its_service_account(kube: Kube, namespace: str, rb
     assert refused.returncode != 0
     assert (f'User "system:serviceaccount:{namespace}:{sa}" cannot delete resource "serviceaccounts"'
             in refused.stderr), refused.stderr
+
+
+@pytest.mark.parametrize("rbac", [["pods/exec", "storageclasses"]], indirect=True)
+def test_an_operator_without_a_permission_its_roles_use_stops_at_start_naming_it(
+        kube: Kube, namespace: str, rbac: str, sampledb_crds: None, tmp_path: Path) -> None:
+    """deploy/rbac without pods/exec (a failover could not read the replicas' WAL positions) or storageclasses: the
+    operator asks the API server for every verb of its ClusterRole at start-up and stops, naming each one missing."""
+    config = str(sa_kubeconfig(kube, namespace, rbac, tmp_path / "sa-kubeconfig"))
+    op = OperatorProcess(kube, namespace, tmp_path, sampledb_watches(),
+                         ["--ansible-roles-path", str(ROOT / "roles"),
+                          "--required-permissions", str(ROOT / "deploy" / "rbac" / "role.yaml")],
+                         {"KUBECONFIG": config, "K8S_AUTH_KUBECONFIG": config})
+    op.start(wait=False)
+    assert op.proc is not None and op.proc.wait(60) == 1
+    errors = [ln for ln in op.logs().splitlines() if " ERROR " in ln]
+    assert len(errors) == 1, op.logs()[-3000:]
+    for missing in ("create pods/exec", "get pods/exec", "get storageclasses.storage.k8s.io",
+                    "list storageclasses.storage.k8s.io"):
+        assert missing in errors[0], errors[0]
+    assert "run start" not in op.logs()
