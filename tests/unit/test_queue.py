@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from itertools import pairwise
+
+import pytest
 
 from runner.queue import CHANGE, RESYNC, Backoff, Outcome, WorkQueue
 
@@ -16,7 +17,7 @@ class Recorder:
         self.active = self.peak = 0
 
     async def __call__(self, key: tuple[str, str], reasons: frozenset[str]) -> Outcome:
-        self.calls.append((key, reasons, time.monotonic()))
+        self.calls.append((key, reasons, asyncio.get_running_loop().time()))
         self.active += 1
         self.peak = max(self.peak, self.active)
         await asyncio.sleep(self.delay)
@@ -100,21 +101,45 @@ def test_per_kind_workers_and_global_cap() -> None:
     assert peak == 3  # across kinds
 
 
+class VirtualClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock jumps to the next timer whenever nothing else is ready: delays are exact and take
+    no real time, so a gap can be bounded from both sides without depending on the machine's load."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._now = 0.0
+        select = self._selector.select
+
+        def jump(timeout: float | None = None) -> list:
+            events = select(0)
+            if not events and timeout:
+                self._now += timeout
+            return events
+
+        self._selector.select = jump  # type: ignore[method-assign]
+
+    def time(self) -> float:
+        return self._now
+
+
 def test_failures_back_off_exponentially_then_reset() -> None:
     async def go() -> Recorder:
-        rec = Recorder(outcomes=[Outcome(error=True)] * 3 + [Outcome()])
-        q = make(rec)
+        # three failures, a success, then (at the resync) a failure again and a success
+        rec = Recorder(outcomes=[Outcome(error=True)] * 3 + [Outcome(), Outcome(error=True), Outcome()])
+        q = make(rec, resync=1.0, backoff=Backoff(0.05, 0.4))
         q.start()
         q.add(("ns", "a"))
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(2.0)  # virtual seconds
         await q.shutdown(1)
         return rec
 
-    rec = asyncio.run(go())
-    assert len(rec.calls) == 4
-    gaps = [b[2] - a[2] for a, b in pairwise(rec.calls)]
-    assert gaps[0] >= 0.045 and gaps[1] >= 0.095 and gaps[2] >= 0.19  # 0.05, 0.1, 0.2
-    assert all(c[1] == frozenset({"retry"}) for c in rec.calls[1:])
+    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
+        rec = runner.run(go())
+    gaps = [b[2] - a[2] for a, b in pairwise(rec.calls[:6])]
+    # doubling from the base; the success resets the count, so the next failure waits the base again, not 0.4
+    assert gaps == pytest.approx([0.05, 0.1, 0.2, 1.0, 0.05], abs=1e-9)
+    assert [c[1] for c in rec.calls[:6]] == [frozenset({CHANGE})] + [frozenset({"retry"})] * 3 + [
+        frozenset({RESYNC}), frozenset({"retry"})]
 
 
 def test_requeue_after_overrides_period_and_backoff() -> None:
