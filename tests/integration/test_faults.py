@@ -34,9 +34,14 @@ def test_operator_killed_mid_run_converges_after_restart(kube: Kube, namespace: 
     wait_for("the finalizer", lambda: FINALIZER in (widgets.get("k")["metadata"].get("finalizers") or []))
     time.sleep(1)
     first.kill_group()  # SIGKILL in the middle of the run (the role is in its 3 s pause)
+    # the killed operator's log is complete: its run for k began and never ended
+    assert re.search(rf"run start: Widget {namespace}/k ", first.logs()), first.logs()[-3000:]
+    assert first.runs("k") == [], f"the run ended before the kill: {first.runs('k')}"
     widgets.patch("k", {"spec": {"message": "v2", "sleep": 0}})
-    start_operator(watches, name="second")
+    second = start_operator(watches, name="second")
     widgets.wait_successful("k", generation=2)
+    # observedGeneration is the generation a run was given: the new operator's first run had the edited spec
+    assert len(second.runs("k")) == 1, f"generation 2 came only with a later run: {second.runs('k')}"
     cms = [c.metadata.name for c in kube.core.list_namespaced_config_map(namespace).items if c.metadata.name.startswith("k-")]
     assert cms == ["k-cm"]  # nothing duplicated, nothing lost
     assert kube.core.read_namespaced_config_map("k-cm", namespace).data["message"] == "v2"
