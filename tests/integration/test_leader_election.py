@@ -26,7 +26,8 @@ def stamp(line: str) -> float:
 
 
 def run_intervals(op: OperatorProcess) -> list[tuple[float, float]]:
-    """(start, end) of every run this operator made, from its log."""
+    """(start, end) of every run this operator made, from its log. A run that ended without a start in the log
+    fails the test: the start's wording changed, and overlaps could no longer be seen."""
     spans, open_at = [], {}
     for line in op.logs().splitlines():
         m = re.search(r"(run|finalizer) (start|end): Widget (\S+)", line)
@@ -34,7 +35,8 @@ def run_intervals(op: OperatorProcess) -> list[tuple[float, float]]:
             continue
         if m.group(2) == "start":
             open_at[m.group(3)] = stamp(line)
-        elif m.group(3) in open_at:
+        else:
+            assert m.group(3) in open_at, f"{op.name}: a run ended that never started: {line}"
             spans.append((open_at.pop(m.group(3)), stamp(line)))
     spans += [(t, float("inf")) for t in open_at.values()]
     return spans
@@ -50,8 +52,11 @@ def leader_and_standby(start_operator, namespace: str) -> tuple[OperatorProcess,
 
 
 def assert_never_both(a: OperatorProcess, b: OperatorProcess) -> None:
-    for s1, e1 in run_intervals(a):
-        for s2, e2 in run_intervals(b):
+    runs_a, runs_b = run_intervals(a), run_intervals(b)
+    # every test here has a Widget run to success: no run found means the log says it another way
+    assert runs_a or runs_b, f"no run start/end in either operator's log:\n{a.logs()[-2000:]}\n{b.logs()[-2000:]}"
+    for s1, e1 in runs_a:
+        for s2, e2 in runs_b:
             assert e1 <= s2 or e2 <= s1, f"runs overlap: {a.name} {s1}-{e1} and {b.name} {s2}-{e2}"
 
 
