@@ -6,9 +6,8 @@ pod is replaced but by this plan."""
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 
 REVISION_LABEL = "controller-revision-hash"
 STANDBY_SETTINGS = "sampledb.example.com/standby-settings"
