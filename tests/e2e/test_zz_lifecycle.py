@@ -11,7 +11,7 @@ import pytest
 
 from localcluster import node
 from localcluster.cluster import LocalCluster
-from tests.kube import Kube
+from tests.kube import Kube, wait_for
 from tests.realnode import process_alive, process_name, simple_pod, wait_pod_ready
 
 pytestmark = pytest.mark.xdist_group("e2e")
@@ -22,10 +22,11 @@ def test_down_leaves_nothing_behind_and_up_comes_back(real: Kube, local: LocalCl
     real.core.create_namespaced_pod("default", simple_pod("left-running", ["sleep", "infinity"]))
     wait_pod_ready(real, "default", "left-running")
     pids = {c: local.pid(c) for c in local.components}
+    assert None not in pids.values(), pids  # every component ran: "not alive" below means something
     local.down()
     try:
         for component, pid in pids.items():
-            assert pid is None or not process_alive(pid), f"{component} still runs"
+            assert not process_alive(pid), f"{component} still runs"
         assert node.leftover_iptables() == []
         assert subprocess.run(["ip", "link", "show", node.BRIDGE], capture_output=True).returncode != 0
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -42,4 +43,21 @@ def test_down_leaves_nothing_behind_and_up_comes_back(real: Kube, local: LocalCl
         started = time.monotonic()
         local.up(timeout=300)
         print(f"warm cluster up --real-node: {time.monotonic() - started:.1f} s")
+    # It came back: every component runs again, as a new process; the node is Ready; a new pod runs and is Ready,
+    # and resolves a Service's name through the cluster's DNS.
+    again = {c: local.pid(c) for c in local.components}
+    assert all(pid is not None and process_alive(pid) and pid != pids[c] for c, pid in again.items()), (pids, again)
+    wait_for("the node to be Ready", lambda: all(
+        any(c.type == "Ready" and c.status == "True" for c in n.status.conditions)
+        for n in real.core.list_node().items), timeout=120)
     real.core.delete_namespaced_pod("left-running", "default", grace_period_seconds=0)
+    real.core.create_namespaced_pod("default", simple_pod("came-back", ["sleep", "infinity"]))
+    try:
+        wait_pod_ready(real, "default", "came-back")
+        ip = real.core.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+        resolved = wait_for("the kubernetes Service's name to resolve in the new pod", lambda: real.kubectl(
+            "-n", "default", "exec", "came-back", "--", "getent", "hosts", "kubernetes.default.svc.cluster.local",
+            check=False).stdout.split()[:1], timeout=60, interval=2)
+        assert resolved == [ip]
+    finally:
+        real.core.delete_namespaced_pod("came-back", "default", grace_period_seconds=0)
