@@ -373,3 +373,24 @@ def test_state_sh_lines_and_exec_results() -> None:
     ("0/3000148", 0x3000148), ("16/B374D848", 0x16 << 32 | 0xB374D848), ("", None), (None, None), ("garbage", None)])
 def test_wal_positions_are_read_as_postgresql_prints_them(text, number) -> None:
     assert leader.sampledb_lsn(text) == number
+
+
+def test_a_new_database_is_given_its_first_server_before_any_pod_exists_and_keeps_the_word_until_initialised() -> None:
+    """The first run may come before the StatefulSet's pods: the Lease names db-0 at once (had it waited, a database
+    initialised in between would find its Lease missing and be recovered as lost). db-0's server is told to
+    initialise until the database is, however long its container takes to start."""
+    p = plan([], {}, initialized=False, replicas=2)
+    assert (p["target"], p["holder"], p["bootstrap"]) == ("db-0", "db-0", "db-0")
+    recorded = lease("db-0", **p["annotations"])
+    for servers in ([pod("db-0", ready=False, role=None), pod("db-1", ready=False, role=None)],
+                    [primary("db-0", ready=False), pod("db-1", ready=False)]):
+        p = plan(servers, recorded, initialized=False)
+        assert (p["target"], p["bootstrap"], p["fencing"], p["began"]) == ("db-0", "db-0", "", False)
+        told = {m["name"]: m["annotations"] for m in leader.sampledb_server_metadata(servers, p, {})}
+        assert told["db-0"].get("sampledb.example.com/bootstrap") == "initdb"
+    initialised = primary("db-0")
+    initialised["metadata"]["annotations"] = {"sampledb.example.com/bootstrap": "initdb"}
+    p = plan([initialised, pod("db-1")], recorded, initialized=True)
+    assert (p["target"], p["bootstrap"]) == ("db-0", "")
+    told = leader.sampledb_server_metadata([initialised, pod("db-1")], p, {})
+    assert told == [{"name": "db-0", "labels": {}, "annotations": {"sampledb.example.com/bootstrap": None}}]

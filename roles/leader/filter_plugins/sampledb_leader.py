@@ -270,8 +270,9 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
     if not holder:
         primaries = [n for n in names if _labelled(by_name[n]) == "primary"]
         if not initialized and not primaries:
-            # A new database: the lowest ordinal initialises it.
-            first = names[0] if names else ""
+            # A new database: the lowest ordinal initialises it, recorded before its pod exists (a Lease written only
+            # once pods are seen would be missing, not new, if the database were initialised in between).
+            first = names[0] if names else f"{database}-0" if database else ""
             return {**plan, "target": first, "holder": first, "current": "", "bootstrap": first,
                     "demote": others_than(first)}
         if len(primaries) == 1 and primaries[0] in serving:
@@ -311,6 +312,10 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
         return begin(wanted, wanted_reason)
     if wanted and wanted != holder and wanted in ready and (holder not in by_name or sole_standby(holder)):
         return begin(wanted, wanted_reason)
+    if not initialized:
+        # Told to initialise until the database is (its server may start long after the Lease named it); no data
+        # was acknowledged yet, so there is nothing to fail over to.
+        return {**plan, "bootstrap": holder}
     if holder in serving or hold:
         return plan
     gone_for_good = holder not in by_name and _ordinal(holder) >= replicas
@@ -442,7 +447,7 @@ def sampledb_plan_settled(plan: dict, pods, lease, requested: str = "", max_lag=
     if max_lag not in (None, "") or requested or not target or plan.get("holder") != target:
         return False
     if any(plan.get(k) for k in ("fencing", "promote", "evict", "changed", "began", "refused", "blocked",
-                                 "read_states", "bootstrap", "adopted")):
+                                 "read_states", "adopted")):
         return False
     meta = (lease or {}).get("metadata") or {}
     if ((lease or {}).get("spec") or {}).get("holderIdentity") != target:
