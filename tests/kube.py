@@ -103,27 +103,46 @@ def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, inter
 
 
 TEST_NAMESPACE_LABEL = "playbook-operator.test/namespace"
+TEST_NAMESPACE_PID = "playbook-operator.test/pid"
 
 
 def remove_stale_test_namespaces(kubeconfig: Path, older_than: float = 600, timeout: float = 180) -> list[str]:
     """Deletes the test namespaces a killed session left on a local cluster (its etcd outlives the session),
     whose servers would otherwise hold the node's CPU and leave this session's pods Pending. Only those older
-    than ``older_than`` seconds: a younger one may belong to a session running beside this one. Their custom
-    objects' finalizers are dropped first: the operators that would honour them are gone."""
+    than ``older_than`` seconds whose test process is gone: a session running beside this one keeps its own. Their
+    custom objects' finalizers are dropped first: the operators that would honour them are gone."""
     api = config.new_client_from_config(config_file=str(kubeconfig))
     core = client.CoreV1Api(api)
     now = time.time()
     stale = [ns.metadata.name for ns in core.list_namespace(label_selector=TEST_NAMESPACE_LABEL).items
-             if now - ns.metadata.creation_timestamp.timestamp() > older_than]
+             if now - ns.metadata.creation_timestamp.timestamp() > older_than and not _owner_alive(ns)]
     if not stale:
         return []
     drop_finalizers(api, stale)
     for ns in stale:
-        core.delete_namespace(ns, propagation_policy="Background")
+        try:
+            core.delete_namespace(ns, propagation_policy="Background")
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
     wait_for(f"the stale test namespaces {stale} to go", lambda: not [
         ns for ns in core.list_namespace(label_selector=TEST_NAMESPACE_LABEL).items if ns.metadata.name in stale],
         timeout=timeout, interval=1)
     return stale
+
+
+def _owner_alive(namespace: client.V1Namespace) -> bool:
+    """Whether the test process that made the namespace still runs (the local clusters are on this machine)."""
+    pid = ((namespace.metadata.annotations or {}).get(TEST_NAMESPACE_PID) or "")
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def drop_finalizers(api: client.ApiClient, namespaces: list[str]) -> None:
@@ -145,7 +164,7 @@ def fresh_namespace(kube: Kube, test_name: str) -> Iterator[str]:
     base = test_name.split("[")[0].lower().replace("_", "-").removeprefix("test-")[:40].strip("-")
     name = f"t-{base}-{uuid.uuid4().hex[:6]}"
     kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-        name=name, labels={TEST_NAMESPACE_LABEL: "true"})))
+        name=name, labels={TEST_NAMESPACE_LABEL: "true"}, annotations={TEST_NAMESPACE_PID: str(os.getpid())})))
     # Pods are refused until the ServiceAccount controller has made the namespace's "default" account.
     wait_for(f"the ServiceAccount default in {name}",
              lambda: kube.core.read_namespaced_service_account("default", name), timeout=60)
