@@ -149,7 +149,13 @@ def test_a_switchover_to_a_server_that_does_not_exist_is_refused(kube: Kube, nam
     ({"version": "15.8", "replicas": 12}, "spec.replicas: Invalid value: 12"),
     ({"version": "fifteen"}, "spec.version: Invalid value: \"fifteen\""),
     ({"version": "15.8", "deletionPolicy": "Maybe"}, 'spec.deletionPolicy: Unsupported value: "Maybe"'),
-    ({"version": "15.8", "parameters": {"port": "5433"}}, "are managed by the operator"),
+    ({"version": "15.8", "parameters": {"port": "5433"}}, "this setting is managed by the operator"),
+    ({"version": "15.8", "parameters": {"archive_command": "curl evil"}}, "this setting is managed by the operator"),
+    ({"version": "15.8", "parameters": {"recovery_target_time": "x"}}, "this setting is managed by the operator"),
+    ({"version": "15.8", "parameters": {"work_mem": "4MB\ninclude '/etc/passwd'"}}, "cannot contain control characters"),
+    ({"version": "15.8", "backup": {"schedule": "a b c d e"}}, "spec.backup.schedule"),
+    ({"version": "15.8", "backup": {"schedule": "61 * * * *"}}, "spec.backup.schedule"),
+    ({"version": "15.8", "resources": {"limits": {"gpu": "1"}}}, "only cpu, memory, ephemeral-storage"),
 ])
 def test_a_bad_sampledb_is_refused_naming_the_field(kube: Kube, namespace: str, sampledb_crds: None,
                                                     spec: dict, message: str) -> None:
@@ -158,13 +164,30 @@ def test_a_bad_sampledb_is_refused_naming_the_field(kube: Kube, namespace: str, 
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
 
 
+def test_a_name_too_long_for_the_names_made_from_it_is_refused(kube: Kube, namespace: str, sampledb_crds: None) -> None:
+    """<name>-backup is a CronJob (52 characters at most), <name>-pre-NN-NN-<uid> a Job (63): a name of up to 40
+    characters makes them all fit, and one with a dot would break every Service."""
+    for name in ("x" * 41, "has.dot"):
+        doc = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SampleDB", "metadata": {"name": name},
+               "spec": {"version": "15.8"}}
+        proc = kube.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(doc), check=False)
+        assert proc.returncode != 0 and "metadata.name must be at most 40 characters" in proc.stderr, proc.stderr
+
+
 def test_version_rules_on_update(kube: Kube, namespace: str, sampledb_crds: None) -> None:
     def apply(spec: dict) -> str:
         doc = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SampleDB", "metadata": {"name": "v"}, "spec": spec}
         return kube.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(doc), check=False).stderr
 
     assert apply({"version": "15.8"}) == ""
-    assert "version cannot go down" in apply({"version": "15.4"})
+    assert "spec.version cannot go down" in apply({"version": "15.4"})
+    # an upgrade that has not completed can be taken back to the version that serves (a typo, an image that does
+    # not start): status.version says which
+    kube.kubectl("-n", namespace, "patch", "sdb", "v", "--subresource=status", "--type=merge",
+                 "-p", '{"status": {"version": "15.8"}}')
+    assert apply({"version": "15.81"}) == ""
+    assert apply({"version": "15.8"}) == ""
+    assert "spec.version cannot go down" in apply({"version": "15.7"})
     assert "a major version upgrade needs spec.upgrade.allowMajor: true" in apply({"version": "16.1"})
     assert apply({"version": "16.1", "upgrade": {"allowMajor": True}}) == ""
     assert "restoreFrom is immutable" in apply({"version": "16.1", "upgrade": {"allowMajor": True},

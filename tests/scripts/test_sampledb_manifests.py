@@ -11,7 +11,7 @@ from tests.scripts.manifests import render, sampledb_vars
 
 POD_TEMPLATES = ["statefulset.yaml.j2", "init-job.yaml.j2", "job.yaml.j2", "cronjob.yaml.j2", "restore-job.yaml.j2",
                  "migration-job.yaml.j2", "prune-job.yaml.j2"]
-JOB_FACTS = {"db_version": "15.18", "backup_name": "db-nightly", "backup_pruned": [{"metadata": {"name": "old"}}],
+JOB_FACTS = {"db_version": "15.18", "backup_name": "db-nightly", "backup_job_name": "sdbb-1234", "backup_uid": "1234", "backup_pruned": [{"metadata": {"name": "old"}}],
              "restore_claim": "src-backups", "restore_path": "src/b.sql.gz",
              "upgrade_image": "docker.io/library/postgres:18.6", "job_name": "db-migrate-18-6",
              "job_command": ["/bin/bash", "/etc/sampledb/migrate.sh", "dump", "/backups/db/m.sql.gz"]}
@@ -93,3 +93,20 @@ def test_the_server_pod(rendered) -> None:
     assert "pg_isready" in alive["exec"]["command"][-1]
     assert all(p["timeoutSeconds"] >= 3 for p in (startup, ready, alive))
     assert spec["terminationGracePeriodSeconds"] >= 30
+
+
+def test_every_job_pod_carries_the_databases_label_and_finished_jobs_do_not_pile_up(rendered) -> None:
+    """Every Job's pod says which database it serves (`kubectl get pods -l sampledb.example.com/cluster=db`, or
+    backup-of for the backups), never with the servers' selector; a bootstrap or restore Job goes a day after it
+    ended."""
+    for template in ("init-job.yaml.j2", "restore-job.yaml.j2", "migration-job.yaml.j2", "job.yaml.j2",
+                     "cronjob.yaml.j2", "prune-job.yaml.j2"):
+        [obj] = rendered[template]
+        spec = obj["spec"]["jobTemplate"]["spec"] if obj["kind"] == "CronJob" else obj["spec"]
+        labels = spec["template"]["metadata"].get("labels") or {}
+        assert "db" in (labels.get("sampledb.example.com/cluster"), labels.get("sampledb.example.com/backup-of")), \
+            (template, labels)
+        assert "app.kubernetes.io/instance" not in labels, (template, labels)  # not one of the servers
+        assert spec["activeDeadlineSeconds"] > 0, template
+    for template in ("init-job.yaml.j2", "restore-job.yaml.j2"):
+        assert rendered[template][0]["spec"]["ttlSecondsAfterFinished"] == 86400

@@ -242,8 +242,10 @@ def test_major_migration_15_to_18_keeps_every_row(make_server, tmp_path: Path) -
 
     new = make_server(new_bin, "pg18")
     new.sql("CREATE ROLE replicator REPLICATION LOGIN PASSWORD 'new replication password'")
-    out = new.run("bash", str(SCRIPTS / "restore.sh"), extra={"BACKUP_FILE": str(dump), "APP_USER": "app"})
+    out = new.run("bash", str(SCRIPTS / "restore.sh"),
+                  extra={"BACKUP_FILE": str(dump), "APP_USER": "app", "REMOVE_AFTER_LOAD": "true"})
     assert fingerprint(new) == expected
+    assert not dump.exists()  # it held every role's password hash (the upgrade role's load Job removes it)
     # the new database's own replication role is untouched (its replicas clone it meanwhile); a migration keeps the
     # other roles' passwords (a backup does not: test_backup_then_restore_into_a_new_server)
     assert new.sql("SELECT rolpassword IS NOT NULL FROM pg_authid WHERE rolname = 'replicator'") == "t"

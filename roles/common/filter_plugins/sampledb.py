@@ -34,6 +34,20 @@ def sampledb_own_servers(pods, name):
     return out
 
 
+def sampledb_foreign(objects, uid, selector):
+    """'Kind name' of each object that is neither this SampleDB's (an ownerReference to its UID) nor one an earlier
+    SampleDB of this name left (it carries the database's labels: retained volumes, credentials, backups): another
+    application's object of the same name, which the operator must not take over."""
+    out = []
+    for obj in objects or []:
+        meta = obj.get("metadata") or {}
+        owned = any(r.get("uid") == uid for r in meta.get("ownerReferences") or [])
+        labelled = all((meta.get("labels") or {}).get(k) == v for k, v in (selector or {}).items())
+        if not owned and not labelled:
+            out.append(f"{obj.get('kind', '')} {meta.get('name', '')}")
+    return out
+
+
 def sampledb_own_volumes(claims, name):
     """The data volumes of SampleDB ``name`` (the StatefulSet's claims data-<name>-<ordinal>) among claims its labels
     selected."""
@@ -253,6 +267,7 @@ class FilterModule:
                 "sampledb_backups_of": sampledb_backups_of,
                 "sampledb_bytes": sampledb_bytes,
                 "sampledb_own_servers": sampledb_own_servers,
+                "sampledb_foreign": sampledb_foreign,
                 "sampledb_own_volumes": sampledb_own_volumes,
                 "sampledb_volumes_hold_data": sampledb_volumes_hold_data,
                 "sampledb_volumes_unmarked": sampledb_volumes_unmarked,

@@ -39,3 +39,9 @@ if [ -n "$passwordless" ]; then
 else
   echo "restored $BACKUP_FILE"
 fi
+if [ -n "${REMOVE_AFTER_LOAD:-}" ]; then
+  # a major upgrade's migration dump holds every role's password hash: it goes once it is loaded (last: a retry of
+  # this Job after a later failure loads it again)
+  rm -f "$BACKUP_FILE"
+  echo "removed $BACKUP_FILE"
+fi
