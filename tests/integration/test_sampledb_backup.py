@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from tests.kube import Kube, wait_for
+from tests.operator import FAST_PODS
 from tests.sampledb import BACKUPS, GROUP, RARE_SCHEDULE, VERSION, backup, backup_status, get, sample
+
+# kwok completes a Job's pod after this annotation's delay, and reads it again when it changes: the backup pods
+# are held Running until the test lets them go, so that a run of the database sees a backup in progress
+COMPLETE = "pod-complete.stage.kwok.x-k8s.io/"
+HELD = {**FAST_PODS, COMPLETE + "delay": "1h", COMPLETE + "jitter-delay": "1h"}
 
 
 def ready_db(kube: Kube, namespace: str, **spec: object) -> None:
@@ -12,13 +18,35 @@ def ready_db(kube: Kube, namespace: str, **spec: object) -> None:
              timeout=120)
 
 
+def job_pod(kube: Kube, namespace: str, job: str):
+    """The Running pod of ``job``, once kwok has started it."""
+    return wait_for(f"{job}'s pod to run", lambda: next((
+        p for p in kube.core.list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={job}").items
+        if p.status.phase == "Running"), None), timeout=60)
+
+
+def release(kube: Kube, namespace: str, pod) -> None:
+    kube.core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"annotations": {
+        COMPLETE + "delay": "0s", COMPLETE + "jitter-delay": "0s"}}})
+
+
 def test_on_demand_backups_retention_and_schedule(kube: Kube, namespace: str, sampledb_operators) -> None:
-    sampledb_operators()
+    sampledb_operators(backup_pod_extra_annotations=HELD)
     ready_db(kube, namespace, backup={"schedule": RARE_SCHEDULE, "retention": 2})
     cron = wait_for("the backup CronJob", lambda: kube.batch.read_namespaced_cron_job("db-backup", namespace))
     assert cron.spec.schedule == RARE_SCHEDULE and cron.spec.suspend is False
     for i in range(3):
         backup(kube, namespace, f"b{i}")
+        # on-demand backup Jobs are named after the backup's UID
+        uid = wait_for(f"b{i}'s uid", lambda i=i: kube.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, BACKUPS, f"b{i}")["metadata"]["uid"])
+        pod = job_pod(kube, namespace, f"sdbb-{uid}")
+        if i == 0:
+            # what `kubectl get sdb` shows while a backup runs
+            wait_for("kubectl get sdb to show BackingUp while b0 runs", lambda: " BackingUp " in kube.kubectl(
+                "-n", namespace, "get", "sdb", "db").stdout, timeout=120)
+            assert backup_status(kube, namespace, "b0").get("phase") in ("Pending", "Running")
+        release(kube, namespace, pod)
         st = wait_for(f"backup b{i} to complete", lambda i=i: (
             s := backup_status(kube, namespace, f"b{i}")).get("phase") == "Completed" and s, timeout=60)
         assert st["location"] == f"pvc://db-backups/db/b{i}.sql.gz" and st["startedAt"] and st["completedAt"]
@@ -36,9 +64,10 @@ def test_on_demand_backups_retention_and_schedule(kube: Kube, namespace: str, sa
     jobs = wait_for("the prune Job", lambda: [j for j in kube.batch.list_namespaced_job(namespace).items
                                               if j.metadata.name.startswith("db-prune-")])
     assert jobs[0].spec.template.spec.containers[0].command == ["rm", "-f", "--", "/backups/db/b0.sql.gz"]
+    release(kube, namespace, job_pod(kube, namespace, jobs[0].metadata.name))
     wait_for("the schedule to be suspended",
              lambda: kube.batch.read_namespaced_cron_job("db-backup", namespace).spec.suspend is True)
-    # BackingUp while a backup ran, Ready again after (what `kubectl get sdb` shows)
+    # Ready again once no backup runs
     wait_for("kubectl get sdb to show Ready", lambda: " Ready " in kube.kubectl("-n", namespace, "get", "sdb", "db").stdout)
 
 
