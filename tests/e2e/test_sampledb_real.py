@@ -8,7 +8,16 @@ import pytest
 
 from localcluster import images
 from tests.kube import Kube, wait_for
-from tests.realnode import POSTGRES_IMAGE, ClientPod, Credentials, credentials, psql_in_server, wait_endpoints, wait_sql
+from tests.realnode import (
+    POSTGRES_IMAGE,
+    ClientPod,
+    Credentials,
+    credentials,
+    psql_in_server,
+    simple_pod,
+    wait_endpoints,
+    wait_sql,
+)
 from tests.sampledb import GROUP, PLURAL, RARE_SCHEDULE, VERSION, backup, backup_status, get, roles, sample, wait_phase
 
 pytestmark = pytest.mark.xdist_group("e2e")
@@ -16,6 +25,21 @@ pytestmark = pytest.mark.xdist_group("e2e")
 
 def _create(real: Kube, namespace: str, doc: dict) -> None:
     real.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, doc)
+
+
+def _backup_files(real: Kube, namespace: str, database: str, pod: str) -> list[str]:
+    """The files in ``database``'s directory of its backups volume, listed by a pod that mounts the volume."""
+    body = simple_pod(pod, ["ls", "-1", f"/backups/{database}"], image=POSTGRES_IMAGE,
+                      securityContext={"runAsNonRoot": True, "runAsUser": 999, "runAsGroup": 999},
+                      volumes=[{"name": "backups", "persistentVolumeClaim": {"claimName": f"{database}-backups",
+                                                                             "readOnly": True}}])
+    body["spec"]["containers"][0]["volumeMounts"] = [{"name": "backups", "mountPath": "/backups", "readOnly": True}]
+    real.core.create_namespaced_pod(namespace, body)
+    phase = wait_for(f"{pod} to finish", lambda: (
+        p := real.core.read_namespaced_pod(pod, namespace).status.phase) in ("Succeeded", "Failed") and p, timeout=120)
+    out = real.kubectl("-n", namespace, "logs", pod).stdout
+    assert phase == "Succeeded", out
+    return sorted(out.split())
 
 
 def test_the_sample_runs_three_real_servers_one_primary_two_streaming_replicas(
@@ -84,8 +108,13 @@ def test_backup_restore_and_prune_jobs_run_for_real(real: Kube, real_namespace: 
     st = wait_for("the backup to complete", lambda: (
         s := backup_status(real, ns, "first")).get("phase") in ("Completed", "Failed") and s, timeout=300)
     assert st["phase"] == "Completed", st
-    job_pods = real.core.list_namespaced_pod(ns, label_selector="job-name").items
-    assert any(p.status.phase == "Succeeded" for p in job_pods)
+    # the backup's own Job (named after the SampleDBBackup's UID, and labelled with it) ran to success
+    uid = real.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "sampledbbackups", "first")["metadata"]["uid"]
+    job = real.batch.read_namespaced_job(f"sdbb-{uid}", ns)
+    assert job.metadata.labels["sampledb.example.com/backup-uid"] == uid
+    job_pods = real.core.list_namespaced_pod(ns, label_selector=f"batch.kubernetes.io/job-name=sdbb-{uid}").items
+    assert job.status.succeeded == 1 and any(p.status.phase == "Succeeded" for p in job_pods), job.status
+    assert _backup_files(real, ns, "src", "ls-after-first") == ["first.sql.gz"]
 
     # A new database from that backup has the same rows, and its own working credentials.
     app.sql(src_host, src_creds, "app", "insert into t values (501)")  # after the backup: not in the copy
@@ -106,10 +135,11 @@ def test_backup_restore_and_prune_jobs_run_for_real(real: Kube, real_namespace: 
     wait_for("the first backup to be pruned", lambda: [
         b["metadata"]["name"] for b in real.custom.list_namespaced_custom_object(
             GROUP, VERSION, ns, "sampledbbackups")["items"]] == ["second"], timeout=180)
-    prune = wait_for("the prune Job to succeed", lambda: [
+    wait_for("the prune Job to succeed", lambda: [
         j for j in real.batch.list_namespaced_job(ns).items
         if "prune" in j.metadata.name and (j.status.succeeded or 0) >= 1], timeout=180)
-    assert prune
+    # what is on the backups volume: the first backup's file gone, the second's there
+    assert _backup_files(real, ns, "src", "ls-after-prune") == ["second.sql.gz"]
     assert get(real, ns, "src")["status"]["lastBackup"]["name"] == "second"
 
     # A scheduled backup (the CronJob, here every minute) is recorded as a SampleDBBackup with reason Scheduled
