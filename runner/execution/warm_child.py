@@ -55,7 +55,7 @@ from ansible.plugins.loader import (
 from ansible.utils.collection_loader import AnsibleCollectionConfig, _collection_finder
 
 import runner.ansible.redact  # noqa: F401
-from runner.execution import warm_kubernetes, warm_shell, warm_tasks, warm_templar
+from runner.execution import warm_compiled, warm_kubernetes, warm_shell, warm_tasks, warm_templar
 
 # More from the installed packages only (never a collection's or a role's code): what kubernetes.core's
 # modules import (Ansible's URL helpers pull in cryptography's x509 and email: ~60 ms in every k8s task's
@@ -94,6 +94,7 @@ for _loader in (connection_loader, shell_loader, become_loader):
 with warnings.catch_warnings(record=True):
     importlib.import_module("kubernetes.client.apis")
 warm_templar.install()
+warm_compiled.install()
 warm_kubernetes.install()
 
 _ORIGINAL_META_YML_TO_DICT = _collection_finder._meta_yml_to_dict
