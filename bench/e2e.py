@@ -295,10 +295,13 @@ def rejoin_note(r: dict) -> str:
             f"({r['from_restart']:.1f} s after its container restarted); {r['load']}")
 
 
-def measure_faults(kube: Kube, ns: str, faults: Faults, rejoin_mb: int) -> None:
+def measure_faults(kube: Kube, ns: str, faults: Faults, rejoin_mb: int, cpu: str = "") -> None:
+    """``cpu``: each server's CPU request instead of the sample's (250m), so that three servers fit a node that other
+    runs share (a request only reserves a share for scheduling; nothing limits a server's CPU)."""
     rows = faults.add
+    spec: dict = {"resources": {"requests": {"cpu": cpu, "memory": "512Mi"}, "limits": {"memory": "1Gi"}}} if cpu else {}
     # one 3-server database in sync mode (the default) for the faults of a running database
-    db = Database(kube, ns, "flt", replicas=3)
+    db = Database(kube, ns, "flt", replicas=3, **spec)
     if rejoin_mb:
         fill(db, rejoin_mb)  # so that a clone has something to copy
     size = db_size_mb(db)
@@ -415,7 +418,7 @@ def measure_faults(kube: Kube, ns: str, faults: Faults, rejoin_mb: int) -> None:
     db.delete()
 
     # a reused name deleted with Snapshot, then its final backup restored into three servers in each mode
-    snap = Database(kube, ns, "snap", replicas=2, deletionPolicy="Snapshot")
+    snap = Database(kube, ns, "snap", replicas=2, deletionPolicy="Snapshot", **spec)
     writer = Writer(kube, ns, "snap", POSTGRES_IMAGE, name="writer-snap")
     writer.wait_for_more(20, timeout=300)
     first_final = f"snap-final-{get(kube, ns, 'snap')['metadata']['uid'][:8]}"
@@ -424,7 +427,8 @@ def measure_faults(kube: Kube, ns: str, faults: Faults, rejoin_mb: int) -> None:
     first_took = time.time() - t0
     first = writer.stop()
     kube.core.delete_namespaced_pod("writer-snap", ns, grace_period_seconds=0)
-    snap = Database(kube, ns, "snap", replicas=2, deletionPolicy="Snapshot", restoreFrom={"backup": first_final})
+    snap = Database(kube, ns, "snap", replicas=2, deletionPolicy="Snapshot", restoreFrom={"backup": first_final},
+                    **spec)
     second_final = f"snap-final-{get(kube, ns, 'snap')['metadata']['uid'][:8]}"
     writer = Writer(kube, ns, "snap", POSTGRES_IMAGE, name="writer-snap2", start=max(first.acked) + 1000)
     writer.wait_for_more(20, timeout=300)
@@ -437,7 +441,7 @@ def measure_faults(kube: Kube, ns: str, faults: Faults, rejoin_mb: int) -> None:
     for mode in ("sync", "async"):
         la, t0 = load(), time.time()
         copy = Database(kube, ns, f"copy-{mode}", replicas=3, replication={"mode": mode},
-                        restoreFrom={"backup": second_final})
+                        restoreFrom={"backup": second_final}, **spec)
         ready = time.time() - t0
         primary = copy.primary
         wait_for(f"{mode}: both replicas streaming", lambda p=primary, c=copy: c.sql(
@@ -474,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size-mb", type=int, default=1024, help="database size for backup, restore, major upgrade")
     parser.add_argument("--rejoin-size-mb", type=int, default=64,
                         help="data in the faults' database before its writer starts (what a clone copies)")
+    parser.add_argument("--cpu-request", default="",
+                        help="faults: each server's CPU request (default: the sample's), for a node that others share")
     parser.add_argument("--skip", default="", help="comma-separated: failover,async,minor,data,faults")
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -582,7 +588,7 @@ def sections(kube: Kube, ns: str, args: argparse.Namespace, skip: set[str], add:
         add(f"major upgrade {images.POSTGRES_VERSIONS[0]} → {new} of {size:.0f} MB (request → Ready)", "n/a",
             "reported", [time.time() - t0])
     if "faults" not in skip:
-        measure_faults(kube, ns, faults, args.rejoin_size_mb)
+        measure_faults(kube, ns, faults, args.rejoin_size_mb, args.cpu_request)
 
 if __name__ == "__main__":
     raise SystemExit(main())
