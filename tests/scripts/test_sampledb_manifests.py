@@ -110,3 +110,12 @@ def test_every_job_pod_carries_the_databases_label_and_finished_jobs_do_not_pile
         assert spec["activeDeadlineSeconds"] > 0, template
     for template in ("init-job.yaml.j2", "restore-job.yaml.j2"):
         assert rendered[template][0]["spec"]["ttlSecondsAfterFinished"] == 86400
+
+
+def test_only_the_operator_replaces_a_server_and_only_the_finalizer_deletes_a_volume(rendered) -> None:
+    """OnDelete: the rollout role picks which server goes next (the primary last, after a switchover). Parallel: a
+    lost server never holds the others back (OrderedReady waits for -0 before -1 starts). The claims outlive the
+    StatefulSet and a scale-down: spec.deletionPolicy decides, in the finalizer."""
+    spec = rendered["statefulset.yaml.j2"][0]["spec"]
+    assert spec["updateStrategy"] == {"type": "OnDelete"} and spec["podManagementPolicy"] == "Parallel"
+    assert spec["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}

@@ -221,7 +221,8 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
             why = "; ".join(f"{n}: {states.get(n, {}).get('error', 'its pod does not exist')}" for n in missing)
             return "", (f"the WAL position of {', '.join(missing)} could not be read ({why}); in sync mode a server is "
                         "promoted only when every other server's position is known, so that the one promoted has every "
-                        "acknowledged write: bring it back, or delete the pod if it is gone for good")
+                        "acknowledged write: bring it back (its volume may hold the only copy of the last "
+                        "acknowledged writes)")
         if not holding:
             return "", "no other server holds the database's data, as far as their state shows"
         best = max(holding, key=lambda n: (_progress(holding[n]), -_ordinal(n)))
