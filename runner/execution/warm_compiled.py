@@ -2,8 +2,8 @@
 
 ansible-core 2.18 compiles every string it templates anew (``Environment.from_string``: parse, optimise,
 generate Python, ``compile``), also one it compiled a moment ago: a role default that refers to another
-variable is compiled again each time a task uses it. That compilation was a third of the task workers' and the
-run's templating time in a production operator's first reconcile. Here the code object is kept per run
+variable is compiled again each time a task uses it (in eda-server-operator's first reconcile, 140 of 410
+compiles were of a string the same process had compiled before). Here the code object is kept per run
 process (and so in each task worker forked from it), keyed by the string and everything of the environment
 the compiler reads, and ``from_string`` builds a fresh template from it as Jinja itself does for a loaded
 template (``Template.from_code``): each template still has its own globals, and renders with its own
