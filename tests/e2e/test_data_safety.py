@@ -79,6 +79,10 @@ def test_a_minor_upgrade_under_writes_loses_no_acknowledged_row_and_never_makes_
     writes = writer.stop()
     primary = assert_safe(real, ns, "minor", writes, checker.stop(), servers)
     assert psql_in_server(real, ns, primary, "show server_version").startswith(new)
+    # the primary was moved by a switchover, never by a failover
+    switched = events(real, ns, "SwitchedOver")
+    assert any("for the upgrade" in e.message for e in switched), [e.message for e in switched]
+    assert not events(real, ns, "FailedOver")
     print(f"minor upgrade {old} → {new}: longest write gap {writes.longest_gap():.1f} s; "
           f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
 

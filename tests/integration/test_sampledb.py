@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 
@@ -33,7 +34,10 @@ def test_sample_provisions_to_ready_with_exactly_one_primary(kube: Kube, namespa
     assert "Ready" in table and st["version"] in table and "3/3" in table and primary in table
 
     # the credentials are generated once and never rewritten; a parameter edit rolls the servers
-    secret_rv = kube.core.read_namespaced_secret("inventory-credentials", namespace).metadata.resource_version
+    secret = kube.core.read_namespaced_secret("inventory-credentials", namespace)
+    secret_rv = secret.metadata.resource_version
+    pods_before = {p.metadata.name: p.metadata.uid for p in kube.core.list_namespaced_pod(
+        namespace, label_selector="app.kubernetes.io/instance=inventory,statefulset.kubernetes.io/pod-name").items}
     sts_before = kube.apps.read_namespaced_stateful_set("inventory", namespace)
     hash_before = sts_before.spec.template.metadata.annotations["sampledb.example.com/config-hash"]
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "inventory",
@@ -43,7 +47,23 @@ def test_sample_provisions_to_ready_with_exactly_one_primary(kube: Kube, namespa
     wait_for("the servers to roll", lambda: kube.apps.read_namespaced_stateful_set("inventory", namespace)
              .spec.template.metadata.annotations["sampledb.example.com/config-hash"] != hash_before, timeout=60)
     assert kube.core.read_namespaced_secret("inventory-credentials", namespace).metadata.resource_version == secret_rv
-    assert "superuser-password" not in op.logs()
+    # max_connections is read at start only: the servers are replaced, the replicas first (the primary's turn needs a
+    # switchover, which needs the replicas' WAL positions by exec: not on kwok)
+    replicas = [n for n, r in roles(kube, namespace, "inventory").items() if r == "replica"]
+
+    def replaced() -> bool:
+        now = {p.metadata.name: p.metadata.uid for p in kube.core.list_namespaced_pod(
+            namespace, label_selector="app.kubernetes.io/instance=inventory").items}
+        return all(now.get(n) not in (None, pods_before[n]) for n in replicas)
+
+    wait_for("the replicas to be replaced", replaced, timeout=240, interval=1)
+    # no credential in the operator's log, in any form, nor in what users read (status, Events)
+    seen = op.logs() + json.dumps(get(kube, namespace, "inventory")) + " ".join(
+        e.message or "" for e in kube.core.list_namespaced_event(namespace).items)
+    passwords = {k: v for k, v in secret.data.items() if "password" in k}
+    assert len(passwords) >= 3, sorted(secret.data)
+    for key, encoded in passwords.items():
+        assert encoded not in seen and base64.b64decode(encoded).decode() not in seen, f"{key} leaked"
 
 
 def test_failover_when_the_primary_goes(kube: Kube, namespace: str, sampledb_operators) -> None:
@@ -74,6 +94,32 @@ def test_failover_when_the_primary_goes(kube: Kube, namespace: str, sampledb_ope
         k for k, v in roles(kube, namespace, "ha").items() if v == "primary"] == [new], timeout=30)
     events = [e for e in kube.core.list_namespaced_event(namespace).items if e.reason == "FailedOver"]
     assert events and new in events[0].message
+
+
+def test_a_step_that_fails_on_every_run_never_switches_failover_off(kube: Kube, namespace: str,
+                                                                    sampledb_operators) -> None:
+    """A bad edit makes provision fail on every run (requests above limits: the CRD cannot compare quantities):
+    status says so, never Ready, and when the primary goes a replica is still promoted."""
+    sampledb_operators(failover_grace_seconds=0)
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("bad", replicas=2))
+    old = wait_phase(kube, namespace, "bad")["status"]["currentPrimary"]
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "bad", {"spec": {"resources": {
+        "requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}}})
+    degraded = wait_for("the failing step in status", lambda: (
+        c := condition(get(kube, namespace, "bad"), "Degraded")).get("status") == "True"
+        and "spec.resources.requests.memory 2Gi is more than spec.resources.limits.memory 1Gi" in c["message"]
+        and c, timeout=120)
+    assert degraded["reason"] == "ProvisionFailed"
+    # its pod takes its time to go (kwok's deletion stage waits), so it is not simply back at once
+    kube.core.patch_namespaced_pod(old, namespace, {"metadata": {"annotations": {
+        "pod-delete.stage.kwok.x-k8s.io/delay": "40s"}}})
+    kube.core.delete_namespaced_pod(old, namespace)
+    new = wait_for("a new primary", lambda: (p := get(kube, namespace, "bad")["status"].get("currentPrimary"))
+                   not in (None, old) and p, timeout=180)
+    assert [k for k, v in roles(kube, namespace, "bad").items() if v == "primary"] == [new]
+    assert [e for e in events(kube, namespace, "FailedOver") if new in e.message]
+    db = get(kube, namespace, "bad")
+    assert db["status"]["phase"] != "Ready" and condition(db, "Degraded")["status"] == "True"
 
 
 def test_a_failover_that_cannot_read_the_replicas_positions_promotes_nobody(kube: Kube, namespace: str,
@@ -204,6 +250,44 @@ def test_every_role_is_idempotent(kube: Kube, namespace: str, sampledb_operators
     assert condition(db, "Ready")["status"] == "True" and condition(db, "Progressing")["status"] == "False"
     assert condition(db, "Degraded")["status"] == "False"
     runs = len(re.findall(r"run end: SampleDB \S+/idem", op.logs()))
-    log = op.wait_for_log(r"run end: SampleDB \S+/idem", count=runs + 3, timeout=180)
-    last = re.findall(r"run end: SampleDB \S+/idem (\w+) in \S+ \(ok=\d+ changed=(\d+)", log)[-2:]
-    assert last == [("succeeded", "0"), ("succeeded", "0")], last
+    op.wait_for_log(r"run end: SampleDB \S+/idem", count=runs + 1, timeout=180)
+    before = versions(kube, namespace, "idem")
+    log = op.wait_for_log(r"run end: SampleDB \S+/idem", count=runs + 4, timeout=180)
+    last = re.findall(r"run end: SampleDB \S+/idem (\w+) in \S+ \(ok=\d+ changed=(\d+)", log)[-3:]
+    assert last == [("succeeded", "0")] * 3, last
+    # nothing was written either: not one object of the database has a new resourceVersion
+    assert versions(kube, namespace, "idem") == before
+
+
+def versions(kube: Kube, namespace: str, name: str) -> dict[str, str]:
+    """The resourceVersion of every object the roles write for a database (pods aside: kwok updates their status)."""
+    out = {}
+    for kind in ("statefulset", "configmap", "service", "secret", "lease", "poddisruptionbudget", "cronjob"):
+        listed = json.loads(kube.kubectl("-n", namespace, "get", kind, "-l", f"app.kubernetes.io/instance={name}",
+                                         "-o", "json").stdout)["items"]
+        listed += [] if kind != "configmap" else [json.loads(kube.kubectl(
+            "-n", namespace, "get", kind, f"{name}-config", "-o", "json").stdout)]
+        for obj in listed:
+            out[f"{kind}/{obj['metadata']['name']}"] = obj["metadata"]["resourceVersion"]
+    assert {f"statefulset/{name}", f"configmap/{name}-config", f"service/{name}-primary", f"lease/{name}-primary",
+            f"secret/{name}-credentials"} <= set(out), out
+    return out
+
+
+def test_an_object_of_another_application_with_the_databases_name_is_never_taken_over(
+        kube: Kube, namespace: str, sampledb_operators) -> None:
+    sampledb_operators()
+    kube.kubectl("-n", namespace, "create", "configmap", "web-config", "--from-literal=theme=dark")
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("web", replicas=1))
+
+    def told() -> str:
+        conditions = get(kube, namespace, "web").get("status", {}).get("conditions") or []
+        return next((c["message"] for c in conditions if "ConfigMap web-config already exist" in c.get("message", "")),
+                    "")
+
+    message = wait_for("the refusal in status", told, timeout=120)
+    assert "not this SampleDB's" in message and "rename the SampleDB or remove them" in message
+    assert get(kube, namespace, "web")["status"].get("phase") != "Ready"
+    cm = kube.core.read_namespaced_config_map("web-config", namespace)
+    assert cm.data == {"theme": "dark"} and not cm.metadata.owner_references
+    assert not kube.apps.list_namespaced_stateful_set(namespace).items  # nothing was made

@@ -149,3 +149,37 @@ def test_a_failed_step_stops_the_upgrade_on_the_old_version(kube: Kube, namespac
     assert db["status"]["version"] == "15.8" and db["status"]["phase"] == "Ready"
     assert set(images(kube, namespace, "stuck").values()) == {IMAGE.format("15.8")}
     assert wait_for("an UpgradeFailed event", lambda: events(kube, namespace, "UpgradeFailed"), timeout=120)[0].type == "Warning"
+
+
+def test_a_failed_load_rolls_the_major_upgrade_back_onto_the_old_data(kube: Kube, namespace: str,
+                                                                      sampledb_operators) -> None:
+    """The load into the new major fails (kwok fails the load Job's pod): the primary goes back to the old version on
+    its own data (its pod told upgrade-rollback, the fence lifted), the servers come back, status says why and how to
+    retry (Degraded, UpgradeFailed), and the upgrade is not tried again by itself."""
+    sampledb_operators(failover_grace_seconds=0, migration_job_backoff_limit=0,
+                       load_pod_extra_labels={"pod-container-running-failed.stage.kwok.x-k8s.io": "true"})
+    create(kube, namespace, "back", replicas=2)
+    wait_phase(kube, namespace, "back")
+    patch(kube, namespace, "back", {"version": "16.4", "upgrade": {"allowMajor": True}})
+    db = wait_for("the upgrade rolled back", lambda: (d := get(kube, namespace, "back")) and condition(
+        d, "Degraded").get("reason") == "UpgradeFailed" and d, timeout=480, interval=1)
+    msg = condition(db, "Degraded")["message"]
+    assert "the upgrade was rolled back" in msg and "back-0 serves 15.8" in msg, msg
+    assert "set spec.version back to 15.8, or delete Job back-load-16-4 to try again" in msg, msg
+    wait_for("both servers back on 15.8", lambda: images(kube, namespace, "back") == {
+        "back-0": IMAGE.format("15.8"), "back-1": IMAGE.format("15.8")}, timeout=300, interval=1)
+    # (a pod made again for the old image is told in the leader's next step)
+    wait_for("back-0 told to take its old data back", lambda: (kube.core.read_namespaced_pod(
+        "back-0", namespace).metadata.annotations or {}).get("sampledb.example.com/upgrade-rollback") == "15",
+        timeout=120, interval=1)
+    wait_for("the fence lifted", lambda: "sampledb.example.com/fence" not in (
+        kube.core.read_namespaced_pod(get(kube, namespace, "back")["status"]["currentPrimary"],
+                                      namespace).metadata.annotations or {}), timeout=120)
+    assert get(kube, namespace, "back")["status"]["version"] == "15.8"
+    # the dump is taken anew on a retry (the old server took writes since): its Job is gone
+    assert not [j for j in kube.batch.list_namespaced_job(namespace).items if j.metadata.name == "back-migrate-16-4"]
+    assert events(kube, namespace, "UpgradeFailed")
+    # set back: the database is as it was
+    patch(kube, namespace, "back", {"version": "15.8"})
+    wait_for("Degraded to clear", lambda: condition(get(kube, namespace, "back"), "Degraded").get("status") == "False",
+             timeout=120, interval=1)
