@@ -10,7 +10,7 @@ import pytest
 
 from tests.kube import Kube, wait_for
 from tests.realnode import POSTGRES_IMAGE, ready_database
-from tests.sampledb import BACKUPS, GROUP, PLURAL, VERSION, backup_status, get, gone
+from tests.sampledb import BACKUPS, GROUP, PLURAL, VERSION, backup, backup_status, get, gone
 from tests.writes import Writer, table_rows
 
 pytestmark = pytest.mark.xdist_group("e2e")
@@ -121,6 +121,11 @@ def test_delete_leaves_no_volume_secret_or_backup(real: Kube, real_namespace: st
     real_sampledb_operator()
     ns = real_namespace
     _written(real, ns, "gone", 5, replicas=2, deletionPolicy="Delete").stop()
+    backup(real, ns, "gone-taken", database="gone")
+    wait_for("the backup to complete", lambda: backup_status(real, ns, "gone-taken").get("phase") == "Completed",
+             timeout=300, interval=1)
+    before = _left(real, ns, "gone")
+    assert "gone-taken" in before["backups"] and "gone-backups" in before["pvcs"] and before["secrets"], before
     _delete(real, ns, "gone")
     empty = {"pvcs": [], "pvs": [], "secrets": [], "backups": [], "pods": []}
     wait_for("nothing of the database to be left", lambda: _left(real, ns, "gone") == empty or None, timeout=300)

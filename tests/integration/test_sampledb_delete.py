@@ -57,6 +57,20 @@ def test_deletion_policy(kube: Kube, namespace: str, sampledb_operators, policy:
         assert backup_status(kube, namespace, final)["phase"] == "Completed"
         wait_for("the data volumes to go", lambda: pvcs(kube, namespace) == {"db-backups": []}, timeout=60)
         assert backups(kube, namespace) == {"earlier": [], final: []}
+        # the name used again, by a database deleted with Delete: its own data goes, the first one's backups stay
+        kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                    sample("db", replicas=1, deletionPolicy="Delete"))
+        wait_phase(kube, namespace, "db")
+        backup(kube, namespace, "second")
+        wait_for("its backup", lambda: backup_status(kube, namespace, "second").get("phase") == "Completed",
+                 timeout=60)
+        kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "db")
+        wait_for("the second SampleDB to go", lambda: gone(kube, namespace, "db"), timeout=120)
+        wait_for("its backup to go", lambda: "second" not in backups(kube, namespace), timeout=60)
+        assert backups(kube, namespace) == {"earlier": [], final: []}
+        wait_for("its data volume to go", lambda: pvcs(kube, namespace) == {"db-backups": []}, timeout=60)
+        kept = events(kube, namespace, "BackupsVolumeKept")
+        assert kept and "earlier" in kept[0].message and final in kept[0].message, kept
     elif policy == "Retain":
         wait_for("the credentials to stay, unowned", lambda: not kube.core.read_namespaced_secret(
             "db-credentials", namespace).metadata.owner_references)

@@ -59,6 +59,10 @@ def test_only_the_databases_own_servers_are_its_servers() -> None:
             meta("db-web-7d9", owner={"kind": "ReplicaSet", "name": "db-web"}),         # a Deployment's
             meta("db-0-debug"), meta("dbx-0", owner=sts)]
     assert [p["metadata"]["name"] for p in filters.sampledb_own_servers(pods, "db")] == ["db-0", "db-1"]
+    # a SampleDB created again at once: the earlier one's pods, still going, are not its servers
+    pods[0]["metadata"]["creationTimestamp"] = "2026-11-25T09:00:00Z"
+    pods[1]["metadata"]["creationTimestamp"] = "2026-11-25T10:00:05Z"
+    assert [p["metadata"]["name"] for p in filters.sampledb_own_servers(pods, "db", "2026-11-25T10:00:00Z")] == ["db-1"]
     claims = [meta("data-db-0", "PersistentVolumeClaim"), meta("data-db-10", "PersistentVolumeClaim"),
               meta("data-db-0-old", "PersistentVolumeClaim"), meta("backups-db", "PersistentVolumeClaim")]
     assert [c["metadata"]["name"] for c in filters.sampledb_own_volumes(claims, "db")] == ["data-db-0", "data-db-10"]
@@ -123,3 +127,33 @@ def test_a_database_of_a_reused_name_never_counts_the_backups_of_the_one_before(
                record("other-db", "2026-11-25T11:00:00Z", uid="new", database="other")]
     own = filters.sampledb_backups_of(records, "db", "new", "2026-11-25T09:00:00Z", label)
     assert [r["metadata"]["name"] for r in own] == ["mine", "mine-unlabelled"]
+
+
+def test_volumes_hold_data_if_marked_or_kept_but_not_while_they_are_deleted() -> None:
+    created = "2026-11-25T10:00:00Z"
+    kept = {"metadata": {"name": "data-db-0", "creationTimestamp": "2026-11-20T10:00:00Z"}}
+    marked = {"metadata": {"name": "data-db-0", "creationTimestamp": "2026-11-25T11:00:00Z",
+                           "annotations": {filters.IDENTITY_ANNOTATION: "7000"}}}
+    new = {"metadata": {"name": "data-db-0", "creationTimestamp": "2026-11-25T11:00:00Z"}}
+    assert filters.sampledb_volumes_hold_data([kept], created) and filters.sampledb_volumes_hold_data([marked], created)
+    assert not filters.sampledb_volumes_hold_data([new], created)
+    # a database created again while the one before's volumes are still going (deletionPolicy Snapshot, Delete)
+    going = {"metadata": {**kept["metadata"], "deletionTimestamp": "2026-11-25T09:59:00Z"}}
+    assert not filters.sampledb_volumes_hold_data([going, new], created)
+
+
+def test_a_commit_waits_for_the_databases_servers_by_name_only() -> None:
+    """Not '*': a clone's pg_basebackup streams WAL too, and would acknowledge commits for a copy that may be lost."""
+    assert filters.sampledb_synchronous_standby_names("db", 3) == 'ANY 1 ("db-0","db-1","db-2")'
+    assert filters.sampledb_synchronous_standby_names("db", "2") == 'ANY 1 ("db-0","db-1")'
+    assert filters.sampledb_synchronous_standby_names("db", 1) == ""
+
+
+def test_a_job_of_an_earlier_database_of_the_name_is_not_this_ones_outcome() -> None:
+    """A SampleDB deleted and created again at once (with restoreFrom): the old db-restore Job, Succeeded and not yet
+    garbage-collected, must not make the new database 'restored' with nothing loaded."""
+    done = {"metadata": {"name": "db-restore", "ownerReferences": [{"uid": "old"}]}, "status": {"succeeded": 1}}
+    assert filters.sampledb_job_state(done) == "Succeeded"
+    assert filters.sampledb_job_state(done, "old") == "Succeeded"
+    assert filters.sampledb_job_state(done, "new") == "Running"
+    assert filters.sampledb_job_state({}, "new") == "None"

@@ -19,14 +19,17 @@ def _controller(obj):
     return next((r for r in (obj.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")), None)
 
 
-def sampledb_own_servers(pods, name):
+def sampledb_own_servers(pods, name, created=""):
     """The server pods of SampleDB ``name`` among pods its labels selected: named <name>-<ordinal> and controlled by
     its StatefulSet (or by nothing, while the StatefulSet is re-created around them), never another workload's pods
-    that happen to share the instance label (a Helm release of the same name)."""
+    that happen to share the instance label (a Helm release of the same name), nor, with ``created`` (the
+    SampleDB's creationTimestamp), the pods of an earlier SampleDB of the name that are still going."""
     pattern = re.compile(rf"{re.escape(str(name))}-\d+")
     out = []
     for pod in pods or []:
         meta = pod.get("metadata") or {}
+        if created and str(meta.get("creationTimestamp") or created) < str(created):
+            continue
         owner = _controller(pod)
         if pattern.fullmatch(meta.get("name", "")) and (
                 owner is None or (owner.get("kind") == "StatefulSet" and owner.get("name") == name)):
@@ -48,6 +51,16 @@ def sampledb_foreign(objects, uid, selector):
     return out
 
 
+def sampledb_synchronous_standby_names(name, servers):
+    """synchronous_standby_names for sync mode: a commit waits for any one of the database's servers by name (each
+    streams as application_name <name>-<ordinal>), never for another WAL stream such as a clone's pg_basebackup,
+    which is thrown away if the clone fails. '' with one server: nobody to wait for."""
+    count = int(servers)
+    if count <= 1:
+        return ""
+    return "ANY 1 (" + ",".join(f'"{name}-{i}"' for i in range(count)) + ")"
+
+
 def sampledb_own_volumes(claims, name):
     """The data volumes of SampleDB ``name`` (the StatefulSet's claims data-<name>-<ordinal>) among claims its labels
     selected."""
@@ -57,9 +70,12 @@ def sampledb_own_volumes(claims, name):
 
 def sampledb_volumes_hold_data(claims, created):
     """Whether these data volumes hold a database already: one carries its identity, or was there before the
-    SampleDB was created (``created``, its creationTimestamp: volumes kept from an earlier SampleDB of that name)."""
+    SampleDB was created (``created``, its creationTimestamp: volumes kept from an earlier SampleDB of that name). A
+    volume being deleted (an earlier SampleDB's, deleted with it) holds nothing the database will have."""
     for claim in claims or []:
         meta = claim.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
         if (meta.get("annotations") or {}).get(IDENTITY_ANNOTATION):
             return True
         if created and meta.get("creationTimestamp") and meta["creationTimestamp"] < str(created):
@@ -87,10 +103,15 @@ def sampledb_rollout_front(ready_pods, image, replicas):
     return front
 
 
-def sampledb_job_state(job):
-    """None (no such Job), Running, Succeeded or Failed (out of retries) for a Job object."""
+def sampledb_job_state(job, owner_uid=""):
+    """None (no such Job), Running, Succeeded or Failed (out of retries) for a Job object. With ``owner_uid``, a Job
+    owned by another object (an earlier SampleDB of the name, not yet garbage-collected) is not this one's outcome:
+    Running, until it is gone and this database's own is made."""
     if not job:
         return "None"
+    owners = [r.get("uid") for r in (job.get("metadata") or {}).get("ownerReferences") or []]
+    if owner_uid and owners and owner_uid not in owners:
+        return "Running"
     status = job.get("status") or {}
     if int(status.get("succeeded") or 0) > 0:
         return "Succeeded"
@@ -269,6 +290,7 @@ class FilterModule:
                 "sampledb_own_servers": sampledb_own_servers,
                 "sampledb_foreign": sampledb_foreign,
                 "sampledb_own_volumes": sampledb_own_volumes,
+                "sampledb_synchronous_standby_names": sampledb_synchronous_standby_names,
                 "sampledb_volumes_hold_data": sampledb_volumes_hold_data,
                 "sampledb_volumes_unmarked": sampledb_volumes_unmarked,
                 "sampledb_wal_budget": sampledb_wal_budget,
