@@ -20,6 +20,7 @@ come from CONF_DIR and LABELS_FILE.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -33,6 +34,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.scripts.manifests import render, sampledb_vars
+
+_FILTERS = Path(__file__).resolve().parents[2] / "roles" / "common" / "filter_plugins" / "sampledb.py"
+_spec = importlib.util.spec_from_file_location("sampledb_common_filters", _FILTERS)
+_common = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_common)
+
+
+def sync_names(names: list[str]) -> str:
+    """What the leader role tells each server (the roles' own filter)."""
+    return _common.sampledb_synchronous_standby_names(names[0].rsplit("-", 1)[0], len(names))
 
 T = TypeVar("T")
 SERVER_TEMPLATES = ["configmap.yaml.j2", "statefulset.yaml.j2"]
@@ -373,7 +384,8 @@ class Loopback:
         base = {**sampledb_vars(name, replicas=replicas, **spec), "postgres_uid": self.uid, "postgres_gid": self.gid}
         version = base["version"]
         job_vars = {  # what the backup, restore and upgrade roles set before they render their Jobs
-            "db_version": version, "backup_name": f"{name}-backup", "backup_pruned": [],
+            "db_version": version, "backup_name": f"{name}-backup", "backup_job_name": f"{name}-backup", "backup_uid": "uid",
+            "backup_pruned": [],
             "restore_claim": f"{name}-backups", "restore_path": f"{name}/{name}-backup.sql.gz",
             "upgrade_image": f"docker.io/library/postgres:{version}", "job_name": f"{name}-migrate",
             "job_command": ["/bin/bash", "/etc/sampledb/migrate.sh", "dump", f"/backups/{name}/migrate.sql.gz"],
@@ -389,7 +401,7 @@ class Loopback:
         for i, (port, manifests) in enumerate(zip(ports, servers, strict=True)):
             # what the operator's leader role annotates each server with; the first one is told to initialise the
             # database (a new SampleDB)
-            annotations = {"servers": ",".join(names), "synchronous-standby-names": "ANY 1 (*)" if sync else ""}
+            annotations = {"servers": ",".join(names), "synchronous-standby-names": sync_names(names) if sync else ""}
             if i == 0:
                 annotations["bootstrap"] = "initdb"
             db.pods.append(Pod(db, names[i], port, self.root / names[i], manifests, annotations=annotations))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts.loopback import Loopback, Pod, wait_for
+from tests.scripts.loopback import Loopback, Pod, sync_names, wait_for
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "roles" / "provision" / "files"
 PG15 = Path(os.environ.get("PG15_BIN", "/usr/lib/postgresql/15/bin"))
@@ -403,7 +403,8 @@ def test_in_sync_mode_a_commit_is_acknowledged_once_a_replica_has_it(node) -> No
     primary, replica = db.pods
     primary.start("primary")
     primary.wait_ready()
-    assert primary.sql("SHOW synchronous_standby_names") == "ANY 1 (*)"
+    # by name: a clone's pg_basebackup stream (application_name pg_basebackup) never acknowledges a commit
+    assert primary.sql("SHOW synchronous_standby_names") == sync_names([p.name for p in db.pods])
     insert = primary.psql("CREATE TABLE t (x int); INSERT INTO t VALUES (1)", background=True)
     time.sleep(3)
     assert insert.poll() is None, "the commit was acknowledged with no replica to have it"
@@ -737,6 +738,54 @@ def test_the_fence_keeps_every_client_but_the_superuser_and_the_replicas_out_unt
     assert a.init_pid() == pid, "the server was restarted"
 
 
+def test_a_primary_that_crashed_rejoins_by_rewind_not_by_a_clone(node) -> None:
+    """A failover after the old primary's container was killed (no shutdown checkpoint): pg_rewind must first
+    recover it, with the servers' configuration (wal_log_hints on), or it refuses and the server is cloned whole."""
+    db = node(PG15).database("crash", replicas=2, replication={"mode": "async"})
+    a, b = db.pods
+    a.start("primary")
+    a.wait_ready()
+    a.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+    b.start("replica")
+    b.wait_ready()
+    wait_for("b to stream", lambda: streaming(a, "crash-1"), timeout=30)
+    a.sql("INSERT INTO t VALUES (2)")
+    postmaster = int((a.pgdata / "postmaster.pid").read_text().split()[0])
+    os.kill(postmaster, signal.SIGKILL)  # a crash: no shutdown checkpoint
+    assert a.proc is not None and a.proc.wait(60) != 0  # the container ends with its server
+    b.label("primary")
+    wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
+    b.sql("INSERT INTO t VALUES (3)")
+    a.label("replica")
+    a.start()
+    a.wait_ready()
+    after = a.log().split("--- start 2")[1]
+    assert "rewound: it follows the new primary" in after and "cloning" not in after, after[-3000:]
+    wait_for("a to have b's rows", lambda: a.sql("SELECT count(*) FROM t") == "3", timeout=30)
+
+
+def test_a_replica_promoted_with_the_fence_asked_for_takes_no_client_write(node) -> None:
+    """A major upgrade moves its fenced primary to <name>-0 by a switchover: the label and the fence come together,
+    and the server fences its clients before it promotes itself, never after."""
+    db = node(PG15).database("mv", replicas=2, replication={"mode": "async"})
+    a, b = db.pods
+    a.start("primary")
+    a.wait_ready()
+    a.sql("CREATE ROLE app LOGIN PASSWORD 'app pw'")
+    a.sql("CREATE DATABASE app OWNER app")
+    b.start("replica")
+    b.wait_ready()
+    wait_for("b to stream", lambda: streaming(a, "mv-1"), timeout=30)
+    a.label("replica")
+    assert a.proc is not None and a.proc.wait(30) == 0
+    b.label("primary", fence="upgrade")
+    wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
+    log = b.log()
+    assert log.index("fenced (upgrade)") < log.index("relabelled primary: promoting"), log
+    refused = b.psql("SELECT 1", db="app", user="app", password="app pw")
+    assert refused.returncode != 0 and "pg_hba.conf rejects connection" in refused.stderr, refused.stderr
+
+
 def test_synchronous_standby_names_and_a_reloadable_setting_change_without_a_restart(node) -> None:
     """The primary's synchronous_standby_names follows its annotation, and a changed postgresql.conf (the ConfigMap,
     as the kubelet updates it) is reloaded: no restart, and a commit no longer waits once sync is off."""
@@ -744,7 +793,7 @@ def test_synchronous_standby_names_and_a_reloadable_setting_change_without_a_res
     a = db.pods[0]
     a.start("primary")
     a.wait_ready()
-    assert a.sql("SHOW synchronous_standby_names") == "ANY 1 (*)"
+    assert a.sql("SHOW synchronous_standby_names") == sync_names([p.name for p in db.pods])
     pid = a.init_pid()
     a.annotate(synchronous_standby_names="")  # scaled down to one server: nothing to wait for
     wait_for("the setting to follow", lambda: a.sql("SHOW synchronous_standby_names") == "", timeout=30)

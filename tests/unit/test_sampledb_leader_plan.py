@@ -163,7 +163,7 @@ def test_a_failover_fences_the_old_primary_before_anyone_is_promoted() -> None:
     (primary("db-0", ready=False, restarts=1), "", False),               # restarted: it may have read its old label
     (primary("db-0", ready=False), "db-1", False),                       # a mark on another pod proves nothing
     (primary("db-0", ready=False), "db-0", True),                        # its fence's mark, read by exec
-    (primary("db-0", ready=False, running=False), "", True),             # its server has stopped
+    (primary("db-0", ready=False, running=False), "", False),            # stopped: restarted, it may read its old label
     (primary("db-0", ready=False, uid="another"), "", True),             # replaced by a new pod
 ])
 def test_what_counts_as_fenced(old: dict, fenced: str, proven: bool) -> None:
@@ -171,9 +171,19 @@ def test_what_counts_as_fenced(old: dict, fenced: str, proven: bool) -> None:
     assert (p["target"] == "db-1") is proven and p["changed"] is proven
 
 
+def test_a_stopped_primary_is_deleted_at_once_and_fenced_when_its_pod_is_gone() -> None:
+    """Its container will start again, and may read its old label before the kubelet writes the new one: its pod
+    goes (the one made again waits for a label), then the replica is promoted."""
+    stopped = primary("db-0", ready=False, running=False)
+    p = plan([stopped, pod("db-1")], fencing("db-0", "db-1", since=NOW))
+    assert (p["target"], p["evict"]) == ("", "db-0") and "its server is not running" in p["message"]
+    p = plan([pod("db-1")], fencing("db-0", "db-1", since=NOW))
+    assert (p["target"], p["changed"]) == ("db-1", True)
+
+
 def test_in_sync_mode_the_sole_other_server_is_promoted_without_reading_it() -> None:
     """Two servers in sync mode: every acknowledged commit waited for the one replica, so it has them all."""
-    p = plan([primary("db-0", running=False), pod("db-1")], fencing("db-0", "db-1"))
+    p = plan([primary("db-0", running=False), pod("db-1")], fencing("db-0", "db-1"), fenced="db-0")
     assert (p["target"], p["changed"], p["read_states"]) == ("db-1", True, [])
 
 
@@ -295,6 +305,19 @@ def test_a_switchover_promotes_the_named_server_only_if_it_received_where_the_ol
     assert p["target"] == "db-1"
     # the mark read on another pod proves nothing
     assert plan(pods, in_change, fenced="db-1")["target"] == ""
+
+
+def test_once_the_old_primary_stopped_a_switchover_reads_the_servers_its_check_did_not() -> None:
+    """The check before the fence read the primary and its target only; the third server is read after it (never
+    reported as a server whose pod does not exist), and the switchover ends in the same run."""
+    pods = [primary("db-0"), pod("db-1"), pod("db-2")]
+    in_change = fencing("db-0", "db-1", reason="switchover")
+    checked = {"db-0": state("0/5000000", recovery="no"), "db-1": state("0/5000000")}
+    p = plan(pods, in_change, fenced="db-0", fenced_lsn="0/5000000", states=checked)
+    assert (p["target"], p["blocked"], p["read_states"]) == ("", "", ["db-1", "db-2"]), p["message"]
+    p = plan(pods, in_change, fenced="db-0", fenced_lsn="0/5000000",
+             states={**checked, "db-1": state("0/5000090"), "db-2": state("0/5000090")})
+    assert (p["target"], p["reason"], p["blocked"]) == ("db-1", "switchover", "")
 
 
 def test_a_switchover_to_the_sole_replica_in_sync_mode_needs_no_state() -> None:

@@ -71,15 +71,19 @@ def _labelled(pod: dict) -> str:
 
 def sampledb_fenced(pods: list[dict], name: str, uid: str, since: str = "") -> bool:
     """True when the server that was pod ``name`` (with ``uid``) when the fence began can take no more writes, as
-    its pod shows it: that pod is gone or replaced, or its server container is not running. (A restarted container
-    is no proof: it may have read its old label; its fence's mark, read by exec, is.) ``since`` is unused."""
+    its pod shows it: that pod is gone or replaced. (A container that is not running, or restarted, is no proof:
+    it starts again, and may read its old label before the kubelet writes the new one; its fence's mark, read by
+    exec, is proof, and a stopped container's pod is deleted at once: sampledb_container_stopped.) ``since`` is
+    unused."""
     pod = next((p for p in pods or [] if p["metadata"]["name"] == name), None)
-    if pod is None or (uid and pod["metadata"].get("uid") != uid):
-        return True
-    server = _server_status(pod)
-    if server is None:
-        return True  # never started: nothing running to fence
-    return (server.get("state") or {}).get("running") is None
+    return pod is None or bool(uid and pod["metadata"].get("uid") != uid)
+
+
+def sampledb_container_stopped(pods: list[dict], name: str) -> bool:
+    """Whether pod ``name``'s server container is not running (never started, or between restarts)."""
+    pod = next((p for p in pods or [] if p["metadata"]["name"] == name), None)
+    server = _server_status(pod) if pod else None
+    return pod is not None and (server is None or (server.get("state") or {}).get("running") is None)
 
 
 def sampledb_plan_fenced(pods: list[dict], plan: dict) -> bool:
@@ -213,7 +217,8 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
         if sole_standby(excluded):
             only = others[0]
             return (only, "") if only in ready else ("", f"{only}, the only other server, is not Ready")
-        if states is None:
+        if states is None or any(n in by_name and n not in states for n in others):
+            # (a switchover's check read only the primary and its target: the others are read now, once it stopped)
             return "", ""
         holding = with_data(others)
         missing = [n for n in others if n not in states or "error" in states[n]]
@@ -254,9 +259,13 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
                         "message": f"{old} has stopped; reading the other servers' WAL positions"}
             return {**fenced_plan, "blocked": why, "message": f"{old} has stopped; nobody is promoted: {why}"}
         waited = (_time(now) - _time(since)).total_seconds() if _time(since) else 0
-        evict = old if old in by_name and waited >= fence_timeout_seconds else ""
+        down = sampledb_container_stopped(pods, old)
+        evict = old if old in by_name and (down or waited >= fence_timeout_seconds) else ""
         message = (f"waiting for {old} to stop taking writes before promoting {new or 'a replica'}"
-                   + (f"; it did not stop within {fence_timeout_seconds}s, so its pod is deleted" if evict else ""))
+                   + ("; its server is not running, so its pod is deleted (restarted, it could start with its "
+                      "old label)" if down and evict
+                      else f"; it did not stop within {fence_timeout_seconds}s, so its pod is deleted" if evict
+                      else ""))
         return {**fenced_plan, "evict": evict, "message": message}
 
     if fencing:

@@ -176,7 +176,9 @@ clone() {
 rejoin() {
   primary_ready || { wait_note "waiting for the primary at $PRIMARY_HOST:$PRIMARY_PORT to rejoin it"; return 1; }
   log "this server was a primary and is now a replica: rewinding it to the new primary (pg_rewind)"
-  if run pg_rewind --target-pgdata="$PGDATA" --progress \
+  # (a server that crashed is first recovered by pg_rewind itself: with the servers' configuration, wal_log_hints on,
+  # not the data directory's default, which pg_rewind would then refuse)
+  if run pg_rewind --target-pgdata="$PGDATA" --progress --config-file="$CONF/postgresql.conf" \
       --source-server="host=$PRIMARY_HOST port=$PRIMARY_PORT user=$POSTGRES_USER dbname=postgres connect_timeout=10"; then
     : >"$PGDATA/standby.signal"
     history rewound
@@ -243,7 +245,8 @@ may_start() {
 locked mark_if_replica
 start_as=""
 while :; do
-  until prepare; do run sleep 1; done
+  # (no server runs while it waits: once labelled replica it says so at once, and a failover need not wait it out)
+  until prepare; do locked mark_if_replica; run sleep 1; done
   locked may_start && break
 done
 waiting=""
@@ -329,6 +332,8 @@ loops=0 behind_checks=0 fencing=0
 while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
   labelled=$(role)
   if [ "$labelled" = primary ] && [ -f "$PGDATA/standby.signal" ] && locked unfence_if_primary; then
+    # promoted while a fence is asked for (a major upgrade moving its primary): no client writes before the fence
+    [ -z "$(annotation fence)" ] || follow_annotations
     log "relabelled primary: promoting"
     history writable
     pg_ctl -D "$PGDATA" -w promote &
