@@ -750,8 +750,9 @@ def test_a_primary_that_crashed_rejoins_by_rewind_not_by_a_clone(node) -> None:
     b.wait_ready()
     wait_for("b to stream", lambda: streaming(a, "crash-1"), timeout=30)
     a.sql("INSERT INTO t VALUES (2)")
-    postmaster = int((a.pgdata / "postmaster.pid").read_text().split()[0])
-    os.kill(postmaster, signal.SIGKILL)  # a crash: no shutdown checkpoint
+    # the postmaster: the oldest process serving a's data directory (postmaster.pid has its pid in a's namespace)
+    found = subprocess.run(["pgrep", "-o", "-f", f"postgres.*{a.pgdata}"], capture_output=True, text=True, check=True)
+    os.kill(int(found.stdout.split()[0]), signal.SIGKILL)  # a crash: no shutdown checkpoint
     assert a.proc is not None and a.proc.wait(60) != 0  # the container ends with its server
     b.label("primary")
     wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)

@@ -265,6 +265,9 @@ else
   history writable
 fi
 log "starting as $start_as"
+# A server killed in an earlier start of this container left its socket's lock file in the (kept) socket directory;
+# the new server refuses it when its pid names a live process here, as it may after a restart. None runs here now.
+rm -f "${PGHOST:-/var/run/postgresql}"/.s.PGSQL.*.lock
 postgres -D "$PGDATA" "${opts[@]}" &
 server=$!
 
