@@ -23,7 +23,8 @@ def sampledb_failure_message(result, limit=1000):
         text = f"{text}: {detail}"
     elif reason and reason not in text:
         text = f"{text} ({reason})"
-    text = " ".join(text.split())
+    # Ansible's errors quote the template that failed; written into status as is, it would be a template again
+    text = " ".join(text.split()).replace("{{", "{ {").replace("}}", "} }").replace("{%", "{ %").replace("%}", "% }")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
