@@ -158,6 +158,10 @@ def our_collection() -> Iterator[None]:
     """operator_sdk.util resolvable, as a run's Ansible finds it; this process as it was afterwards."""
     from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
 
+    # (another test's templating may have installed Ansible's default finder, which knows no operator_sdk.util)
+    _AnsibleCollectionFinder._remove()
+    for name in [n for n in sys.modules if n.startswith("ansible_collections")]:
+        del sys.modules[name]  # (its ansible_collections package has that finder's paths)
     before = set(sys.modules)
     _AnsibleCollectionFinder(paths=[str(COLLECTIONS_DIR)])._install()
     yield
