@@ -87,38 +87,6 @@ def test_a_minor_upgrade_under_writes_loses_no_acknowledged_row_and_never_makes_
           f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
 
 
-def test_a_switchover_on_request_loses_no_acknowledged_row_and_never_makes_two_primaries(
-        real: Kube, real_namespace: str, real_sampledb_operator) -> None:
-    """The annotation sampledb.example.com/switchover-to names a replica: the old primary stops (fast
-    shutdown sends the replicas all it wrote) before the named one is promoted; the old one comes back as a
-    replica of the new primary."""
-    real_sampledb_operator()
-    ns = real_namespace
-    old, servers, checker, writer = under_writes(real, ns, "sw", replicas=3)
-    wanted = next(p for p in reversed(servers) if p != old)
-
-    asked = time.time()
-    real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "sw", {"metadata": {"annotations": {
-        "sampledb.example.com/switchover-to": wanted}}})
-    wait_for(f"{wanted} to be the primary", lambda: (
-        st := get(real, ns, "sw")["status"]).get("currentPrimary") == wanted and st.get("phase") == "Ready",
-        timeout=300, interval=1)
-    promoted = time.time()
-    writer.wait_for_more(30, timeout=300)
-    wait_for(f"{old} back as a replica", lambda: psql_in_server(
-        real, ns, old, "select pg_is_in_recovery()", check=False) == "t", timeout=300, interval=2)
-    back = time.time()
-    writes = writer.stop()
-    assert assert_safe(real, ns, "sw", writes, checker.stop(), servers) == wanted
-    streaming = wait_for("every replica streaming from the new primary", lambda: psql_in_server(
-        real, ns, wanted, "select count(*) from pg_stat_replication where state = 'streaming'",
-        check=False) == str(len(servers) - 1) or None, timeout=300, interval=2)
-    assert streaming
-    print(f"switchover {old} → {wanted}: write downtime (longest gap) {writes.longest_gap():.1f} s; "
-          f"asked → promoted {promoted - asked:.1f} s; old primary back as a replica after {back - asked:.1f} s; "
-          f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
-
-
 def test_an_operator_killed_in_the_middle_of_a_switchover_is_finished_by_the_next_one(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """SIGKILL once the Lease records the change in progress (the old primary fenced, nobody promoted yet): the
