@@ -163,7 +163,7 @@ def table(project: Project, results: dict[str, list[Measure]], name: str = "prod
     outcome = {i: sorted({m.condition for m in results[i]}) for i in impls}
     columns = ["measure", *[LABELS[i] for i in impls], *(["peer / ours"] if len(impls) > 1 else [])]
     rows = [r + [""] * (len(columns) - len(r)) for r in rows]
-    write_table(name, columns, rows, role=f"{project.source} (checkout {project.checkout}), run unchanged", notes=[
+    write_table(name, columns, rows, role=f"{project.source}, run unchanged", notes=[
         f"{len(next(iter(results.values())))} rounds; in each a fresh namespace, one operator at a time, the "
         "implementations alternating (each round starts with the other one)",
         "first result: the first Successful or Failure condition in the resource's status; CPU: user + system "
