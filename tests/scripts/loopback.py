@@ -20,7 +20,6 @@ come from CONF_DIR and LABELS_FILE.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -33,12 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests.plugins import plugin
 from tests.scripts.manifests import render, sampledb_vars
 
-_FILTERS = Path(__file__).resolve().parents[2] / "roles" / "common" / "filter_plugins" / "sampledb.py"
-_spec = importlib.util.spec_from_file_location("sampledb_common_filters", _FILTERS)
-_common = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_common)
+_common = plugin("roles/common/filter_plugins/sampledb.py")
 
 
 def sync_names(names: list[str]) -> str:

@@ -331,6 +331,27 @@ def streaming(primary, replica_name: str) -> bool:
     return primary.sql("SELECT application_name || ':' || state FROM pg_stat_replication") == f"{replica_name}:streaming"
 
 
+def started_streaming(db, *setup_sql: str) -> tuple[Pod, Pod]:
+    """A two-server database as the leader role starts it: the primary ready (``setup_sql`` run on it), then the
+    replica ready and streaming from it."""
+    primary, replica = db.pods
+    primary.start("primary")
+    primary.wait_ready()
+    for sql in setup_sql:
+        primary.sql(sql)
+    replica.start("replica")
+    replica.wait_ready()
+    wait_for(f"{replica.name} to stream", lambda: streaming(primary, replica.name), timeout=30)
+    return primary, replica
+
+
+def server_pid(pod: Pod) -> int:
+    """The host pid of the pod's postgres server (a child of the container's PID 1)."""
+    init = pod.init_pid()
+    return next(int(pid) for pid in Path(f"/proc/{init}/task/{init}/children").read_text().split()
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "postgres")
+
+
 @pytest.mark.parametrize("major", ["15", "18"])
 def test_primary_and_streaming_replica_as_the_statefulset_runs_them(node, major: str) -> None:
     """As a real node runs the StatefulSet: a non-root server initialises PGDATA in a 0777 volume; the readiness
@@ -421,13 +442,7 @@ def test_failover_promotes_the_relabelled_replica_and_the_old_primary_rejoins_by
     primary stops by itself, the replica promotes itself, and the old primary, restarted, is rewound to the new
     primary's history (pg_rewind: no clone) and streams from it."""
     db = node(PG15).database("ha", replicas=2, replication={"mode": "async"})  # it writes before the replica starts
-    a, b = db.pods
-    a.start("primary")
-    a.wait_ready()
-    a.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
-    b.start("replica")
-    b.wait_ready()
-    wait_for("b to stream", lambda: streaming(a, "ha-1"), timeout=30)
+    a, b = started_streaming(db, "CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
 
     a.label("replica")
     assert a.proc is not None and a.proc.wait(30) == 0
@@ -496,9 +511,7 @@ def test_a_primary_whose_server_does_not_stop_for_its_replica_label_ends_its_con
     env["value"] = "2"
     a.start("primary")
     a.wait_ready()
-    init = a.init_pid()
-    server = next(int(pid) for pid in Path(f"/proc/{init}/task/{init}/children").read_text().split()
-                  if Path(f"/proc/{pid}/comm").read_text().strip() == "postgres")
+    server = server_pid(a)
     os.kill(server, signal.SIGSTOP)
     a.label("replica")
     asked = time.time()
@@ -522,15 +535,9 @@ def test_a_replica_that_can_no_longer_catch_up_clones_the_primary_again(node) ->
     restarted container clones the primary afresh; the copy is removed once it streams again."""
     db = node(PG15).database("lag", replicas=2, replication={"mode": "async"},
                              parameters={"wal_keep_size": "0", "min_wal_size": "32MB", "max_wal_size": "32MB"})
-    primary, replica = db.pods
     for pod in db.pods:
         pod.annotations.pop("servers")  # no slots
-    primary.start("primary")
-    primary.wait_ready()
-    primary.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (0)")
-    replica.start("replica")
-    replica.wait_ready()
-    wait_for("the replica to stream", lambda: streaming(primary, "lag-1"), timeout=30)
+    primary, replica = started_streaming(db, "CREATE TABLE t (x int); INSERT INTO t VALUES (0)")
     assert replica.stop() == 0
 
     needed = primary.sql("SELECT pg_walfile_name(pg_current_wal_lsn())")
@@ -556,13 +563,7 @@ def test_a_replica_that_was_down_catches_up_through_its_replication_slot(node) -
     longer among the servers) is dropped."""
     db = node(PG15).database("slot", replicas=2, replication={"mode": "async"},
                              parameters={"wal_keep_size": "0", "min_wal_size": "32MB", "max_wal_size": "32MB"})
-    primary, replica = db.pods
-    primary.start("primary")
-    primary.wait_ready()
-    primary.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (0)")
-    replica.start("replica")
-    replica.wait_ready()
-    wait_for("the replica to stream", lambda: streaming(primary, "slot-1"), timeout=30)
+    primary, replica = started_streaming(db, "CREATE TABLE t (x int); INSERT INTO t VALUES (0)")
     assert replica.stop() == 0
     needed = primary.sql("SELECT pg_walfile_name(pg_current_wal_lsn())")
     for _ in range(6):
@@ -742,17 +743,9 @@ def test_a_primary_that_crashed_rejoins_by_rewind_not_by_a_clone(node) -> None:
     """A failover after the old primary's container was killed (no shutdown checkpoint): pg_rewind must first
     recover it, with the servers' configuration (wal_log_hints on), or it refuses and the server is cloned whole."""
     db = node(PG15).database("crash", replicas=2, replication={"mode": "async"})
-    a, b = db.pods
-    a.start("primary")
-    a.wait_ready()
-    a.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
-    b.start("replica")
-    b.wait_ready()
-    wait_for("b to stream", lambda: streaming(a, "crash-1"), timeout=30)
+    a, b = started_streaming(db, "CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
     a.sql("INSERT INTO t VALUES (2)")
-    # the postmaster: the oldest process serving a's data directory (postmaster.pid has its pid in a's namespace)
-    found = subprocess.run(["pgrep", "-o", "-f", f"postgres.*{a.pgdata}"], capture_output=True, text=True, check=True)
-    os.kill(int(found.stdout.split()[0]), signal.SIGKILL)  # a crash: no shutdown checkpoint
+    os.kill(server_pid(a), signal.SIGKILL)  # a crash: no shutdown checkpoint
     assert a.proc is not None and a.proc.wait(60) != 0  # the container ends with its server
     b.label("primary")
     wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
@@ -769,14 +762,7 @@ def test_a_replica_promoted_with_the_fence_asked_for_takes_no_client_write(node)
     """A major upgrade moves its fenced primary to <name>-0 by a switchover: the label and the fence come together,
     and the server fences its clients before it promotes itself, never after."""
     db = node(PG15).database("mv", replicas=2, replication={"mode": "async"})
-    a, b = db.pods
-    a.start("primary")
-    a.wait_ready()
-    a.sql("CREATE ROLE app LOGIN PASSWORD 'app pw'")
-    a.sql("CREATE DATABASE app OWNER app")
-    b.start("replica")
-    b.wait_ready()
-    wait_for("b to stream", lambda: streaming(a, "mv-1"), timeout=30)
+    a, b = started_streaming(db, "CREATE ROLE app LOGIN PASSWORD 'app pw'", "CREATE DATABASE app OWNER app")
     a.label("replica")
     assert a.proc is not None and a.proc.wait(30) == 0
     b.label("primary", fence="upgrade")

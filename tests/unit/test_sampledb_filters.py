@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from tests.plugins import plugin
 
-_PATH = Path(__file__).resolve().parents[2] / "roles" / "common" / "filter_plugins" / "sampledb.py"
-_spec = importlib.util.spec_from_file_location("sampledb_common_filters", _PATH)
-filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(filters)
+filters = plugin("roles/common/filter_plugins/sampledb.py")
 
 
 def backup(phase: str, completed: str | None = None) -> dict:

@@ -4,24 +4,13 @@ or foreign Lease is rebuilt from the servers, never by promoting the lowest ordi
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-_ROLES = Path(__file__).resolve().parents[2] / "roles"
+from tests.plugins import plugin
 
-
-def _plugin(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-leader = _plugin("sampledb_leader", _ROLES / "leader" / "filter_plugins" / "sampledb_leader.py")
+leader = plugin("roles/leader/filter_plugins/sampledb_leader.py")
 # readiness as the role computes it, with the shared Jinja test
-sampledb_ready = _plugin("sampledb_tests", _ROLES / "common" / "test_plugins" / "sampledb.py").sampledb_ready
+sampledb_ready = plugin("roles/common/test_plugins/sampledb.py").sampledb_ready
 
 NOW = "2026-11-24T10:00:30Z"
 LONG_AGO = "2026-11-24T10:00:00Z"

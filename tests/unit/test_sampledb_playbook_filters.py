@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from tests.plugins import plugin
 
-_PATH = Path(__file__).resolve().parents[2] / "playbooks" / "filter_plugins" / "sampledb_playbook.py"
-_spec = importlib.util.spec_from_file_location("sampledb_playbook_filters", _PATH)
-filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(filters)
+filters = plugin("playbooks/filter_plugins/sampledb_playbook.py")
 
 
 def test_a_failure_in_status_is_one_line_and_never_a_template_again() -> None:

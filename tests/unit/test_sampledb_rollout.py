@@ -4,14 +4,11 @@ standby may have lower than its primary); a scale-down or a drain moves the prim
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[2] / "roles" / "rollout" / "filter_plugins" / "sampledb_rollout.py"
-_spec = importlib.util.spec_from_file_location("sampledb_rollout", _PATH)
-rollout = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rollout)
+from tests.plugins import plugin
+
+rollout = plugin("roles/rollout/filter_plugins/sampledb_rollout.py")
 step = rollout.sampledb_rollout_step
 
 NEW, OLD = "db-new", "db-old"

@@ -3,15 +3,11 @@ found: the phase, conditions, status fields, Events and when to look again."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
-_PATH = Path(__file__).resolve().parents[2] / "roles" / "status" / "filter_plugins" / "sampledb_status.py"
-_spec = importlib.util.spec_from_file_location("sampledb_status_filters", _PATH)
-assert _spec and _spec.loader
-filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(filters)
+from tests.plugins import plugin
+
+filters = plugin("roles/status/filter_plugins/sampledb_status.py")
 
 NOW = "2026-11-26T03:00:00Z"
 REQUEUE = {"fence": "1s", "health": "3s", "progress": "5s"}
