@@ -264,14 +264,10 @@ def test_every_role_is_idempotent(kube: Kube, namespace: str, sampledb_operators
 
 def versions(kube: Kube, namespace: str, name: str) -> dict[str, str]:
     """The resourceVersion of every object the roles write for a database (pods aside: kwok updates their status)."""
-    out = {}
-    for kind in ("statefulset", "configmap", "service", "secret", "lease", "poddisruptionbudget", "cronjob"):
-        listed = json.loads(kube.kubectl("-n", namespace, "get", kind, "-l", f"app.kubernetes.io/instance={name}",
-                                         "-o", "json").stdout)["items"]
-        listed += [] if kind != "configmap" else [json.loads(kube.kubectl(
-            "-n", namespace, "get", kind, f"{name}-config", "-o", "json").stdout)]
-        for obj in listed:
-            out[f"{kind}/{obj['metadata']['name']}"] = obj["metadata"]["resourceVersion"]
+    listed = json.loads(kube.kubectl("-n", namespace, "get",
+                                     "statefulset,configmap,service,secret,lease,poddisruptionbudget,cronjob",
+                                     "-l", f"app.kubernetes.io/instance={name}", "-o", "json").stdout)["items"]
+    out = {f"{o['kind'].lower()}/{o['metadata']['name']}": o["metadata"]["resourceVersion"] for o in listed}
     assert {f"statefulset/{name}", f"configmap/{name}-config", f"service/{name}-primary", f"lease/{name}-primary",
             f"secret/{name}-credentials"} <= set(out), out
     return out

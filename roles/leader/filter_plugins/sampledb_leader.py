@@ -75,13 +75,17 @@ def sampledb_fenced(pods: list[dict], name: str, uid: str, since: str = "") -> b
     it starts again, and may read its old label before the kubelet writes the new one; its fence's mark, read by
     exec, is proof, and a stopped container's pod is deleted at once: sampledb_container_stopped.) ``since`` is
     unused."""
-    pod = next((p for p in pods or [] if p["metadata"]["name"] == name), None)
+    pod = _pod(pods, name)
     return pod is None or bool(uid and pod["metadata"].get("uid") != uid)
+
+
+def _pod(pods: list[dict], name: str) -> dict | None:
+    return next((p for p in pods or [] if p["metadata"]["name"] == name), None)
 
 
 def sampledb_container_stopped(pods: list[dict], name: str) -> bool:
     """Whether pod ``name``'s server container is not running (never started, or between restarts)."""
-    pod = next((p for p in pods or [] if p["metadata"]["name"] == name), None)
+    pod = _pod(pods, name)
     server = _server_status(pod) if pod else None
     return pod is not None and (server is None or (server.get("state") or {}).get("running") is None)
 
