@@ -72,15 +72,18 @@ def load_permissions(path: Path) -> list[Permission]:
     return sorted(found)
 
 
-async def _namespaced(kube: Kube, group: str, plural: str, versions: dict[str, list[str]]) -> bool:
-    """Whether the resource is namespaced, from discovery (any version that serves it); namespaced when unknown."""
+async def _namespaced(kube: Kube, group: str, plural: str, versions: dict[str, list[str]],
+                      listings: dict[str, list[dict[str, Any]]]) -> bool:
+    """Whether the resource is namespaced, from discovery (any version that serves it); namespaced when unknown.
+    ``listings`` keeps each group version's resources, read once for all the resources of a group."""
     paths = [f"/apis/{group}/{v}" if group else f"/api/{v}" for v in versions.get(group, ["v1"])]
     for path in paths:
-        try:
-            listing = await kube.request("GET", path)
-        except ApiError:
-            continue
-        for r in (listing or {}).get("resources", []):
+        if path not in listings:
+            try:
+                listings[path] = ((await kube.request("GET", path)) or {}).get("resources", [])
+            except ApiError:
+                listings[path] = []
+        for r in listings[path]:
             if r.get("name") == plural:
                 return bool(r.get("namespaced"))
     return True
@@ -97,10 +100,11 @@ async def _versions(kube: Kube) -> dict[str, list[str]]:
 async def missing_permissions(kube: Kube, wanted: list[Permission], namespaces: tuple[str, ...]) -> list[str]:
     """The permissions the operator's credentials lack ("verb resource.group" and where), [] when none."""
     versions = await _versions(kube)
+    listings: dict[str, list[dict[str, Any]]] = {}
     scope: dict[tuple[str, str], bool] = {}
     for p in wanted:
         if (p.group, p.resource) not in scope:
-            scope[p.group, p.resource] = await _namespaced(kube, p.group, p.resource, versions)
+            scope[p.group, p.resource] = await _namespaced(kube, p.group, p.resource, versions, listings)
     limit = asyncio.Semaphore(CONCURRENT_REVIEWS)
 
     async def ask(p: Permission, namespace: str) -> str | None:
