@@ -18,7 +18,7 @@ endif
 BIN := $(VENV)/bin
 PO := $(BIN)/playbook-operator
 # pytest workers: cluster tests mostly wait on the API server, so more workers than cores pays off.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 5
 PYTEST_ARGS ?=
 WATCHES ?= watches.yaml
 

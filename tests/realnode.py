@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client
 
@@ -22,6 +23,12 @@ from localcluster import images
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT
 from tests.sampledb import GROUP, PLURAL, RARE_SCHEDULE, VERSION, sample, wait_phase
+
+# The e2e tier runs in two lanes side by side on the real node (pytest-xdist groups: each on one worker, its
+# modules in file order): the data-safety proofs in one, the rest in the other. tests/e2e/conftest.py keeps them
+# apart where they would meet: an operator that watches every namespace, and the cluster's restart.
+NODE_LANE = pytest.mark.xdist_group("e2e")
+DATABASE_LANE = pytest.mark.xdist_group("e2e-db")
 
 HELPER_IMAGE = "localhost/playbook-operator/helper:bookworm"
 # psql and bash for client pods: the first PostgreSQL image the node has

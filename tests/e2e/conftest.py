@@ -4,9 +4,13 @@ of deploy/rbac's ServiceAccount (never the admin's), electing a leader, with the
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,81 @@ from tests.kube import Kube, find_kubectl, fresh_namespace, wait_for
 from tests.operator import ROOT, OperatorProcess, install_sampledb_crds, sampledb_watches, stop_all
 from tests.realnode import AS_DEPLOYED_VARS, as_deployed_args, deployed_credentials
 from tests.sampledb import GROUP, PLURAL, VERSION
+
+
+def _run_dir(config: pytest.Config) -> Path | None:
+    """A directory that this run's xdist workers share (named after the run's id), where the lanes meet; None in a
+    run without workers, whose tests all run one after the other."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return None
+    path = Path(tempfile.gettempdir()) / f"playbook-operator-e2e-{workerinput['testrunuid']}"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _ended_marker(run: Path, item: pytest.Item) -> Path:
+    return run / f"ended-{hashlib.sha1(item.nodeid.encode()).hexdigest()}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    # after every e2e test, passed, failed or skipped: the other lane may be waiting for it (see other_lanes_ended)
+    yield
+    if run := _run_dir(item.config):
+        _ended_marker(run, item).touch()
+
+
+def _lane(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    return marker.args[0] if marker else ""
+
+
+@pytest.fixture
+def other_lanes_ended(request: pytest.FixtureRequest) -> None:
+    """Waits until every selected e2e test of the other lanes has ended: for a test that stops the cluster."""
+    if not (run := _run_dir(request.config)):
+        return
+    mine = _lane(request.node)
+    others = [i for i in request.session.items if "/tests/e2e/" in str(i.path) and _lane(i) != mine]
+    wait_for(f"the other e2e lanes' {len(others)} tests to end", lambda: all(
+        _ended_marker(run, i).exists() for i in others), timeout=3600, interval=5)
+
+
+@contextmanager
+def _flock(path: Path, operation: int) -> Iterator[None]:
+    with open(path, "a") as fh:
+        fcntl.flock(fh, operation)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _node_shared(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every e2e test shares the node with the other lane's, unless it asks for the node to itself. The turnstile
+    lets a test waiting for the node to itself in before the other lane's next test."""
+    run = _run_dir(request.config)
+    # (a test that waits for the other lanes to end holds nothing: one of theirs may wait for the node to itself)
+    if not run or {"node_to_itself", "other_lanes_ended"} & set(request.fixturenames):
+        yield
+        return
+    with _flock(run / "turnstile.lock", fcntl.LOCK_EX):
+        pass
+    with _flock(run / "node.lock", fcntl.LOCK_SH):
+        yield
+
+
+@pytest.fixture
+def node_to_itself(request: pytest.FixtureRequest) -> Iterator[None]:
+    """No other lane's test runs meanwhile: for a test that cordons the node (whose SampleDBs' operators would move
+    their primaries off it) or runs an operator that watches every namespace (two operators would manage one
+    SampleDB)."""
+    if not (run := _run_dir(request.config)):
+        yield
+        return
+    with ExitStack() as held:
+        with _flock(run / "turnstile.lock", fcntl.LOCK_EX):
+            held.enter_context(_flock(run / "node.lock", fcntl.LOCK_EX))
+        yield
 
 
 @pytest.fixture(scope="session")

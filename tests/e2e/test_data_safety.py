@@ -12,6 +12,7 @@ from kubectl_sampledb.sql import lsn
 from localcluster import images
 from tests.kube import Kube, wait_for
 from tests.realnode import (
+    DATABASE_LANE,
     POSTGRES_IMAGE,
     delete_pod,
     freeze_postmaster,
@@ -25,7 +26,7 @@ from tests.realnode import (
 from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, events, get, roles, wait_phase
 from tests.writes import Writer, assert_safe, kill_operator_mid_change, table_rows, under_writes
 
-pytestmark = pytest.mark.xdist_group("e2e")
+pytestmark = DATABASE_LANE
 
 
 def test_a_backup_taken_while_writing_restores_every_row_acknowledged_before_it(

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.kube import Kube, wait_for
-from tests.realnode import POSTGRES_IMAGE, ready_database
+from tests.realnode import NODE_LANE, POSTGRES_IMAGE, ready_database
 from tests.sampledb import BACKUPS, GROUP, PLURAL, VERSION, backup, backup_status, get, gone
 from tests.writes import Writer, table_rows
 
-pytestmark = pytest.mark.xdist_group("e2e")
+pytestmark = NODE_LANE
 
 
 def _database(real: Kube, ns: str, name: str, **spec: object) -> str:

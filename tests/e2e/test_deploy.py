@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from localcluster.cluster import LocalCluster
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT
-from tests.realnode import POSTGRES_IMAGE, ClientPod, credentials, psql_in_server, wait_endpoints
+from tests.realnode import NODE_LANE, POSTGRES_IMAGE, ClientPod, credentials, psql_in_server, wait_endpoints
 from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, get, gone, roles, sample, wait_phase
 
-pytestmark = pytest.mark.xdist_group("e2e")
+pytestmark = NODE_LANE
 OPERATOR_NS = "sampledb-system"
 
 
-def test_the_operator_deployed_in_cluster_manages_a_sampledb(real: Kube, real_namespace: str,
+def test_the_operator_deployed_in_cluster_manages_a_sampledb(node_to_itself: None, real: Kube, real_namespace: str,
                                                              local: LocalCluster) -> None:
     # what `make deploy` does on the local cluster: build (when changed) and import the image, apply
     local.load_images(include_operator=True)

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from tests.kube import Kube, wait_for
-from tests.realnode import credentials, psql_in_server, ready_database, wait_endpoints
+from tests.realnode import NODE_LANE, credentials, psql_in_server, ready_database, wait_endpoints
 from tests.sampledb import get, roles
 
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
+pytestmark = [pytest.mark.e2e, NODE_LANE]
 
 # installed with the project (pyproject's [project.scripts]), beside this interpreter
 PLUGIN = Path(sys.executable).parent / "kubectl-sampledb"

@@ -11,16 +11,15 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT
 from tests.prometheus import Prometheus, binaries, pod_target_groups
-from tests.realnode import delete_pod, psql_in_server, ready_database
+from tests.realnode import NODE_LANE, delete_pod, psql_in_server, ready_database
 from tests.sampledb import backup, backup_status, events, get
 
-pytestmark = pytest.mark.xdist_group("e2e")
+pytestmark = NODE_LANE
 
 MONITORING = ROOT / "deploy" / "monitoring"
 
@@ -71,7 +70,7 @@ def series(labels: dict[str, str]) -> str:
 
 
 def test_prometheus_scrapes_the_servers_and_the_operator_and_the_alerts_and_dashboard_work(
-        real: Kube, real_namespace: str, real_sampledb_operator, tmp_path: Path) -> None:
+        node_to_itself: None, real: Kube, real_namespace: str, real_sampledb_operator, tmp_path: Path) -> None:
     ns, name = real_namespace, "mon"
     operator = real_sampledb_operator()
     db = ready_database(real, ns, name, replicas=2, monitoring={"enabled": True})
@@ -99,8 +98,8 @@ def test_prometheus_scrapes_the_servers_and_the_operator_and_the_alerts_and_dash
             [t for t in prom.targets() if t["health"] == "up"]) == 3, timeout=120, interval=2)
 
         # A real failover (the counter the failover alert reads, a new timeline): the primary's pod is deleted
-        # while the node takes no new pods, so its replacement cannot come back in time. (The e2e tests share the
-        # node but run one at a time: xdist_group "e2e".)
+        # while the node takes no new pods, so its replacement cannot come back in time (node_to_itself: no other
+        # test's pods or operators see the node cordoned).
         node = real.core.read_namespaced_pod(primary, ns).spec.node_name
         real.core.patch_node(node, {"spec": {"unschedulable": True}})
         try:

@@ -7,14 +7,12 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from localcluster import node
 from localcluster.cluster import LocalCluster
 from tests.kube import Kube, wait_for
-from tests.realnode import POSTGRES_IMAGE, simple_pod, wait_pod_ready
+from tests.realnode import NODE_LANE, POSTGRES_IMAGE, simple_pod, wait_pod_ready
 
-pytestmark = pytest.mark.xdist_group("e2e")
+pytestmark = NODE_LANE
 
 
 def _started_at(pid: int) -> float:

@@ -16,8 +16,9 @@ from localcluster.cluster import LocalCluster
 from localcluster.images import OPERATOR_REF
 from tests.kube import Kube, wait_for
 from tests.operator import FreshKind, fresh_kind
+from tests.realnode import NODE_LANE
 
-pytestmark = pytest.mark.xdist_group("e2e")
+pytestmark = NODE_LANE
 
 # Commands run in the background by a role (`command: foo &`, an async task, a daemon a script starts) outlive
 # the shell that started them: their parent is then the container's PID 1.

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.kube import Kube, wait_for
 from tests.realnode import (
+    DATABASE_LANE,
     POSTGRES_IMAGE,
     freeze_postmaster,
     psql_in_server,
@@ -29,7 +28,7 @@ from tests.writes import (
     under_writes,
 )
 
-pytestmark = pytest.mark.xdist_group("e2e")
+pytestmark = DATABASE_LANE
 SWITCHOVER = "sampledb.example.com/switchover-to"
 
 

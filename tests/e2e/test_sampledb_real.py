@@ -4,10 +4,9 @@ credentials; backups, restores and the other Jobs run for real."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.kube import Kube, wait_for
 from tests.realnode import (
+    NODE_LANE,
     POSTGRES_IMAGE,
     ClientPod,
     Credentials,
@@ -19,7 +18,7 @@ from tests.realnode import (
 )
 from tests.sampledb import GROUP, PLURAL, RARE_SCHEDULE, VERSION, backup, backup_status, get, roles, sample, wait_phase
 
-pytestmark = pytest.mark.xdist_group("e2e")
+pytestmark = NODE_LANE
 
 
 def _create(real: Kube, namespace: str, doc: dict) -> None:

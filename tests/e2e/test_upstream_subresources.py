@@ -16,9 +16,10 @@ from localcluster import images
 from localcluster.node import archive_digest
 from tests.compat.upstream import ANSIBLE_CORES, NAMESPACE, PROJECT, run_upstream_test, upstream_operator_running
 from tests.kube import Kube
+from tests.realnode import NODE_LANE
 from tests.scripts.loopback import free_port
 
-pytestmark = pytest.mark.xdist_group("e2e")
+pytestmark = NODE_LANE
 
 TEST_FILE = "subresourcestest_test.yml"
 

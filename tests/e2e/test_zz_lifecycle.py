@@ -1,5 +1,5 @@
 """`cluster down` on the real node leaves nothing behind, and `cluster up` brings it back. The last module
-of the e2e group (its tests run in file order on one worker), since it stops the cluster the others use."""
+of its e2e lane (whose tests run in file order on one worker), since it stops the cluster the others use."""
 
 from __future__ import annotations
 
@@ -7,18 +7,17 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 from localcluster import node
 from localcluster.cluster import LocalCluster
 from tests.kube import Kube, wait_for
-from tests.realnode import process_alive, process_name, simple_pod, wait_pod_ready
+from tests.realnode import NODE_LANE, process_alive, process_name, simple_pod, wait_pod_ready
 
-pytestmark = pytest.mark.xdist_group("e2e")
+pytestmark = NODE_LANE
 
 
-def test_down_leaves_nothing_behind_and_up_comes_back(real: Kube, local: LocalCluster) -> None:
-    """Runs last in the e2e group: the cluster goes down (pods still running) and comes back up."""
+def test_down_leaves_nothing_behind_and_up_comes_back(other_lanes_ended: None, real: Kube, local: LocalCluster) -> None:
+    """Runs last in its lane, once the other lane's tests have ended: the cluster goes down (pods still running) and
+    comes back up."""
     real.core.create_namespaced_pod("default", simple_pod("left-running", ["sleep", "infinity"]))
     wait_pod_ready(real, "default", "left-running")
     pids = {c: local.pid(c) for c in local.components}
