@@ -86,7 +86,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    # xdist_group keeps the e2e modules in file order on one worker (the last one stops the cluster).
+    # xdist_group keeps each e2e lane's modules in file order on one worker (tests/realnode.py's lanes).
     # pytest-xdist marks grouped items by rewriting their node ids; a pytest that ignores that rewrite
     # (9.2 with xdist 3.8) scatters the group silently, so its tests fail here instead of racing.
     if (_is_xdist_worker(item.config) and getattr(item.config.option, "loadgroup", False)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -19,19 +18,29 @@ import yaml
 from localcluster.cluster import LocalCluster
 from tests.kube import Kube, find_kubectl, fresh_namespace, wait_for
 from tests.operator import ROOT, OperatorProcess, install_sampledb_crds, sampledb_watches, stop_all
-from tests.realnode import AS_DEPLOYED_VARS, as_deployed_args, deployed_credentials
+from tests.realnode import AS_DEPLOYED_VARS, as_deployed_args, deployed_credentials, process_alive
 from tests.sampledb import GROUP, PLURAL, VERSION
+
+_RUN_DIR = pytest.StashKey[Path]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _lanes_meet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Under xdist, a directory that this run's workers share (beside their own temporary directories, which pytest
+    removes after a few runs): where the lanes meet. A run without workers runs its tests one after the other."""
+    if hasattr(request.config, "workerinput"):
+        run = tmp_path_factory.getbasetemp().parent / "e2e-lanes"
+        run.mkdir(exist_ok=True)
+        request.config.stash[_RUN_DIR] = run
 
 
 def _run_dir(config: pytest.Config) -> Path | None:
-    """A directory that this run's xdist workers share (named after the run's id), where the lanes meet; None in a
-    run without workers, whose tests all run one after the other."""
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is None:
-        return None
-    path = Path(tempfile.gettempdir()) / f"playbook-operator-e2e-{workerinput['testrunuid']}"
-    path.mkdir(exist_ok=True)
-    return path
+    return config.stash.get(_RUN_DIR, None)
+
+
+def _lane(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    return marker.args[0] if marker else ""
 
 
 def _ended_marker(run: Path, item: pytest.Item) -> Path:
@@ -46,20 +55,29 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
         _ended_marker(run, item).touch()
 
 
-def _lane(item: pytest.Item) -> str:
-    marker = item.get_closest_marker("xdist_group")
-    return marker.args[0] if marker else ""
-
-
 @pytest.fixture
 def other_lanes_ended(request: pytest.FixtureRequest) -> None:
-    """Waits until every selected e2e test of the other lanes has ended: for a test that stops the cluster."""
+    """For a test that stops the cluster: waits until the tests of every other lane that runs on another worker have
+    ended. A lane not started yet (fewer workers than lanes: it waits behind this one) or whose worker is gone (-x, a
+    crash) is not waited for; node_to_itself then keeps it off the node while this test runs."""
     if not (run := _run_dir(request.config)):
         return
     mine = _lane(request.node)
-    others = [i for i in request.session.items if "/tests/e2e/" in str(i.path) and _lane(i) != mine]
-    wait_for(f"the other e2e lanes' {len(others)} tests to end", lambda: all(
-        _ended_marker(run, i).exists() for i in others), timeout=3600, interval=5)
+    others: dict[str, list[pytest.Item]] = {}
+    for item in request.session.items:
+        if "/tests/e2e/" in str(item.path) and _lane(item) != mine:
+            others.setdefault(_lane(item), []).append(item)
+
+    def pending() -> list[str]:
+        waiting = []
+        for lane, items in others.items():
+            worker = run / f"lane-{lane}"
+            if worker.exists() and process_alive(int(worker.read_text() or 0)) and not all(
+                    _ended_marker(run, i).exists() for i in items):
+                waiting.append(lane)
+        return waiting
+
+    wait_for(f"the other e2e lanes ({', '.join(others)}) to end", lambda: not pending(), timeout=3600, interval=5)
 
 
 @contextmanager
@@ -74,7 +92,9 @@ def _node_shared(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every e2e test shares the node with the other lane's, unless it asks for the node to itself. The turnstile
     lets a test waiting for the node to itself in before the other lane's next test."""
     run = _run_dir(request.config)
-    # (a test that waits for the other lanes to end holds nothing: one of theirs may wait for the node to itself)
+    if run:
+        (run / f"lane-{_lane(request.node)}").write_text(str(os.getpid()))
+    # (a test that waits for the other lanes to end holds nothing meanwhile: one of theirs may want the node)
     if not run or {"node_to_itself", "other_lanes_ended"} & set(request.fixturenames):
         yield
         return
@@ -87,8 +107,8 @@ def _node_shared(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture
 def node_to_itself(request: pytest.FixtureRequest) -> Iterator[None]:
     """No other lane's test runs meanwhile: for a test that cordons the node (whose SampleDBs' operators would move
-    their primaries off it) or runs an operator that watches every namespace (two operators would manage one
-    SampleDB)."""
+    their primaries off it), runs an operator that watches every namespace (two operators would manage one
+    SampleDB) or stops the cluster."""
     if not (run := _run_dir(request.config)):
         yield
         return

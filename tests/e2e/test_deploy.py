@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from localcluster.cluster import LocalCluster
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT
@@ -16,10 +18,14 @@ pytestmark = NODE_LANE
 OPERATOR_NS = "sampledb-system"
 
 
-def test_the_operator_deployed_in_cluster_manages_a_sampledb(node_to_itself: None, real: Kube, real_namespace: str,
-                                                             local: LocalCluster) -> None:
-    # what `make deploy` does on the local cluster: build (when changed) and import the image, apply
+@pytest.fixture
+def operator_image(local: LocalCluster) -> None:
+    """What `make deploy` does on the local cluster first: build the image (when changed) and import it."""
     local.load_images(include_operator=True)
+
+
+def test_the_operator_deployed_in_cluster_manages_a_sampledb(operator_image: None, node_to_itself: None, real: Kube,
+                                                             real_namespace: str) -> None:
     real.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "default"))
     try:
         real.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/sampledb-operator", "--timeout=240s",

@@ -15,7 +15,8 @@ from tests.realnode import NODE_LANE, process_alive, process_name, simple_pod, w
 pytestmark = NODE_LANE
 
 
-def test_down_leaves_nothing_behind_and_up_comes_back(other_lanes_ended: None, real: Kube, local: LocalCluster) -> None:
+def test_down_leaves_nothing_behind_and_up_comes_back(other_lanes_ended: None, node_to_itself: None, real: Kube,
+                                                      local: LocalCluster) -> None:
     """Runs last in its lane, once the other lane's tests have ended: the cluster goes down (pods still running) and
     comes back up."""
     real.core.create_namespaced_pod("default", simple_pod("left-running", ["sleep", "infinity"]))
