@@ -10,8 +10,9 @@ rows that were never acknowledged may or may not be there.
 The checker polls each server with ``select pg_is_in_recovery()`` and prints ``<epoch> <pod> f|t|down``;
 ``primaries_overlap`` finds two servers whose read-write spells (first to last ``f`` seen) overlap. A poll can miss a
 short overlap: ``server_history`` reads each server's own record (entrypoint.sh writes sampledb-history.log on its
-volume: ``writable`` just before its server starts as a primary or is promoted, ``stopped`` once it has exited), whose
-spells are wider than the truth at both ends, and ``history_overlaps`` finds two that overlap at all.
+volume: ``writable`` just before its server starts as a primary or is promoted, ``stopped`` once it has exited, ``ended`` at the
+last write of a server killed without a record, written when its volume is next started), whose spells are wider than
+the truth of what each server acknowledged at both ends, and ``history_overlaps`` finds two that overlap at all.
 """
 
 from __future__ import annotations
@@ -207,15 +208,15 @@ def server_history(kube: Kube, namespace: str, servers: list[str]) -> dict[str, 
 
 
 def history_spells(history: dict[str, list[tuple[float, str]]], now: float) -> list[tuple[str, float, float]]:
-    """(server, from, to) for each time a server could take writes: from its ``writable`` to its next ``stopped``
-    (``now`` when it has not stopped since)."""
+    """(server, from, to) for each time a server could take writes: from its ``writable`` to its next ``stopped`` or
+    ``ended`` (``now`` when it has not stopped since)."""
     spells = []
     for pod, entries in history.items():
         began = None
         for at, what in sorted(entries):
             if what == "writable" and began is None:
                 began = at
-            elif what == "stopped" and began is not None:
+            elif what in ("stopped", "ended") and began is not None:
                 spells.append((pod, began, at))
                 began = None
         if began is not None:

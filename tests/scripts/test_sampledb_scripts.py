@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.scripts.loopback import Loopback, Pod, sync_names, wait_for
+from tests.writes import history_overlaps
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "roles" / "provision" / "files"
 PG15 = Path(os.environ.get("PG15_BIN", "/usr/lib/postgresql/15/bin"))
@@ -528,6 +529,35 @@ def test_a_primary_whose_server_does_not_stop_for_its_replica_label_ends_its_con
     assert a.exec(["/bin/bash", "/etc/sampledb/fenced.sh", "0"]).returncode == 1
 
 
+def test_a_primary_whose_server_does_not_stop_for_sigterm_ends_its_container_with_a_record_of_when(node) -> None:
+    """A frozen server (SIGSTOP) does not act on the fast shutdown SIGTERM asks for (the pod deleted, or its liveness
+    probe failed): STOP_SECONDS later, before the kubelet's SIGKILL, the entrypoint records that the server stopped
+    and exits, and the kernel ends every process of the container with it. Its history then closes the time it could
+    take writes, as after a clean stop."""
+    db = node(PG15).database("frozen-term", replicas=1)
+    a = db.pods[0]
+    env = next(e for e in a.container["env"] if e["name"] == "STOP_SECONDS")
+    assert env["value"] == "55"  # five seconds inside the role's termination_grace_period_seconds, 60
+    env["value"] = "2"
+    a.start("primary")
+    a.wait_ready()
+    server = server_pid(a)
+    os.kill(server, signal.SIGSTOP)
+    asked = time.time()
+    assert a.stop(signal.SIGTERM, timeout=60) == 137
+    assert time.time() - asked >= 2
+    assert "did not stop within 2s of SIGTERM" in a.log()
+    events = [line.split()[1:] for line in (a.volume / "sampledb-history.log").read_text().splitlines()]
+    assert events == [["frozen-term-0", "writable"], ["frozen-term-0", "stopped"]], events
+
+    def gone() -> bool:
+        try:
+            return Path(f"/proc/{server}/stat").read_text().split(") ")[1][0] in "ZX"
+        except FileNotFoundError:
+            return True
+    wait_for("the frozen server to be gone with its container", gone, timeout=10)
+
+
 def test_a_replica_that_can_no_longer_catch_up_clones_the_primary_again(node) -> None:
     """Without a replication slot (or with one that lost its WAL to max_slot_wal_keep_size) and without a WAL archive,
     a replica that was down while the primary recycled the WAL it needs cannot stream again. It notices (not
@@ -740,13 +770,18 @@ def test_the_fence_keeps_every_client_but_the_superuser_and_the_replicas_out_unt
 
 
 def test_a_primary_that_crashed_rejoins_by_rewind_not_by_a_clone(node) -> None:
-    """A failover after the old primary's container was killed (no shutdown checkpoint): pg_rewind must first
-    recover it, with the servers' configuration (wal_log_hints on), or it refuses and the server is cloned whole."""
+    """A failover after the old primary's container was killed (SIGKILL to every process, as the kubelet does after a
+    short grace, or a power loss: no shutdown checkpoint, no record): pg_rewind must first recover it, with the
+    servers' configuration (wal_log_hints on), or it refuses and the server is cloned whole. The restarted container
+    closes the old spell of its history at the server's last write, before the new primary's."""
     db = node(PG15).database("crash", replicas=2, replication={"mode": "async"})
     a, b = started_streaming(db, "CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
     a.sql("INSERT INTO t VALUES (2)")
-    os.kill(server_pid(a), signal.SIGKILL)  # a crash: no shutdown checkpoint
-    assert a.proc is not None and a.proc.wait(60) != 0  # the container ends with its server
+    init = a.init_pid()
+    assert init is not None
+    os.kill(init, signal.SIGKILL)  # the kernel ends every process of the container's PID namespace with its init
+    killed = time.time()
+    assert a.proc is not None and a.proc.wait(60) != 0
     b.label("primary")
     wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
     b.sql("INSERT INTO t VALUES (3)")
@@ -756,6 +791,12 @@ def test_a_primary_that_crashed_rejoins_by_rewind_not_by_a_clone(node) -> None:
     after = a.log().split("--- start 2")[1]
     assert "rewound: it follows the new primary" in after and "cloning" not in after, after[-3000:]
     wait_for("a to have b's rows", lambda: a.sql("SELECT count(*) FROM t") == "3", timeout=30)
+    history = [line.split() for line in (a.volume / "sampledb-history.log").read_text().splitlines()]
+    assert [what for _, _, what in history] == ["writable", "ended", "rewound"], history
+    assert float(history[0][0]) <= float(history[1][0]) <= killed + 1, (history, killed)
+    records = {p.name: [(float(at), what) for at, _, what in (line.split() for line in
+                        (p.volume / "sampledb-history.log").read_text().splitlines())] for p in (a, b)}
+    assert history_overlaps(records, now=time.time()) == [], records
 
 
 def test_a_replica_promoted_with_the_fence_asked_for_takes_no_client_write(node) -> None:

@@ -42,3 +42,7 @@ def test_the_servers_own_records_show_any_overlap_of_two_writable_spells() -> No
     assert history_overlaps(two, now=20.0) == [(("db-0", 1.0, 5.0), ("db-1", 4.999, 20.0))]
     never_stopped = {"db-0": [(1.0, "writable")], "db-1": [(8.0, "writable"), (9.0, "stopped")]}
     assert len(history_overlaps(never_stopped, now=20.0)) == 1
+    # killed without a record: its next start closes the spell at its last write, which may sort before its start
+    killed = {"db-0": [(1.0, "writable"), (7.5, "ended"), (12.0, "rewound")], "db-1": [(8.0, "writable")]}
+    assert history_spells(killed, now=20.0) == [("db-0", 1.0, 7.5), ("db-1", 8.0, 20.0)]
+    assert history_overlaps(killed, now=20.0) == []

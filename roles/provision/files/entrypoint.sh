@@ -19,7 +19,8 @@
 #     the final backup) follow the annotations without a restart, and so do changes of the configuration files;
 #   - SIGTERM or SIGINT (the pod is deleted) stops the server in fast mode: open sessions do not hold it up.
 # Every time this server starts taking writes and every time its server stops, a line goes to sampledb-history.log on
-# its volume: the server's own record of when it could have taken writes.
+# its volume: the server's own record of when it could have taken writes (a server ended without one gets an "ended"
+# line at its last write when its volume is next started).
 # bash is PID 1 of the container: every long step runs in the background and is waited for, so that a signal is
 # handled at once (a trap waits for a foreground command to finish; PID 1 without a trap ignores SIGTERM).
 set -euo pipefail
@@ -83,6 +84,15 @@ keep_aside() {  # keep_aside SUFFIX WHY: moves $PGDATA to $PGDATA.SUFFIX (an ear
 if [ -e "$PGDATA" ]; then
   [ -O "$PGDATA" ] || { log "the data directory $PGDATA belongs to uid $(stat -c %u "$PGDATA"), not to this server's uid $(id -u)"; exit 1; }
   chmod 0700 "$PGDATA"  # an fsGroup change of the volume makes it group-writable, which the server refuses
+fi
+# A server that was ended without a record (SIGKILL after a short grace, out of memory, the node's power) last wrote
+# when the newest file of its data directory says: it acknowledged no commit after that (a commit is acknowledged
+# once its WAL is flushed). That time closes its history's open "writable".
+# (never before the "writable" itself)
+if [ -d "$PGDATA" ] && [ "$(tail -n 1 "$volume/sampledb-history.log" 2>/dev/null | cut -d' ' -f3)" = writable ]; then
+  last=$({ tail -n 1 "$volume/sampledb-history.log" | cut -d' ' -f1; find "$PGDATA" -type f -printf '%T@\n'; } 2>/dev/null |
+    sort -g | tail -n 1)
+  printf '%s %s ended\n' "$last" "$ME" >>"$volume/sampledb-history.log" 2>/dev/null || true
 fi
 
 # Passwords reach libpq (the replicas' stream, pg_rewind, pg_basebackup, the checks below) through a password file in
@@ -377,14 +387,16 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
   # (a change of label is part of a switchover's write downtime: look often, it costs one sed)
   run sleep 0.2 || true
 done
-# A server told to stop for its replica label that has not stopped within FENCE_STOP_SECONDS (hung, or frozen) is
-# ended with the container: when PID 1 exits, the kernel kills every process of the container, the server's
-# included. The kubelet then shows the container stopped, and the restarted container starts as a replica.
+# A server told to stop (for its replica label within FENCE_STOP_SECONDS; by SIGTERM within STOP_SECONDS, before the
+# kubelet's SIGKILL) that has not stopped (hung, or frozen) is ended with the container: when PID 1 exits, the kernel
+# kills every process of the container, the server's included, and the history says when. The kubelet then shows
+# the container stopped, and the restarted container starts as its label says.
 # (counted in naps of 0.2 s: $SECONDS counts whole seconds, so a deadline from it comes up to a second early)
 naps=0
-while [ "$fencing" = 1 ] && kill -0 "$server" 2>/dev/null; do
-  if ((naps++ >= ${FENCE_STOP_SECONDS:-10} * 5)); then
-    log "the server did not stop within ${FENCE_STOP_SECONDS:-10}s of its replica label: ending the container, and every process in it"
+if [ "$fencing" = 1 ]; then limit=${FENCE_STOP_SECONDS:-10} why="of its replica label"; else limit=${STOP_SECONDS:-55} why="of SIGTERM"; fi
+while [ "$stopping" = 1 ] && kill -0 "$server" 2>/dev/null; do
+  if ((naps++ >= limit * 5)); then
+    log "the server did not stop within ${limit}s $why: ending the container, and every process in it"
     history stopped
     exit 137
   fi
