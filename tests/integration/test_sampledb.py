@@ -290,3 +290,34 @@ def test_an_object_of_another_application_with_the_databases_name_is_never_taken
     cm = kube.core.read_namespaced_config_map("web-config", namespace)
     assert cm.data == {"theme": "dark"} and not cm.metadata.owner_references
     assert not kube.apps.list_namespaced_stateful_set(namespace).items  # nothing was made
+
+
+def test_the_servers_spread_over_nodes_and_required_leaves_a_server_pending_rather_than_share_one(
+        kube: Kube, namespace: str, sampledb_operators) -> None:
+    """By default (preferred anti-affinity on the hostname) three servers run on the local cluster's three nodes.
+    With podAntiAffinityType required, a fourth server of another database finds no node of its own and stays
+    Pending, its FailedScheduling Event saying why, while that database's first three serve; the two databases do
+    not repel each other."""
+    sampledb_operators(failover_grace_seconds=0)
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("spread", replicas=3))
+    wait_phase(kube, namespace, "spread", timeout=180)
+
+    def nodes(name: str) -> dict[str, str | None]:
+        return {p.metadata.name: p.spec.node_name for p in kube.core.list_namespaced_pod(
+            namespace, label_selector=f"app.kubernetes.io/instance={name},statefulset.kubernetes.io/pod-name").items}
+    placed = nodes("spread")
+    assert len(placed) == 3 and len(set(placed.values())) == 3, placed
+
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample(
+        "strict", replicas=4, affinity={"podAntiAffinityType": "required"}))
+    why = wait_for("the fourth server to be refused a node for its anti-affinity", lambda: [
+        e.message for e in kube.core.list_namespaced_event(namespace).items
+        if e.reason == "FailedScheduling" and e.involved_object.name.startswith("strict-")
+        and "anti-affinity" in (e.message or "")], timeout=120)
+    assert "3 node(s) didn't match pod anti-affinity rules" in why[-1], why
+    wait_for("three strict servers Ready", lambda: get(kube, namespace, "strict").get("status", {})
+             .get("readyReplicas") == 3, timeout=180)
+    strict = nodes("strict")
+    assert len(strict) == 4 and sorted(n is None for n in strict.values()) == [False, False, False, True], strict
+    assert len({n for n in strict.values() if n}) == 3
+    assert get(kube, namespace, "strict")["status"]["readyReplicasText"] == "3/4"

@@ -62,7 +62,8 @@ def render(*variants: tuple[list[str], dict[str, Any]]) -> list[dict[str, list[d
                              "{{ lookup('ansible.builtin.template', 'configmap.yaml.j2') | from_yaml }}"}}],
             })
         (work / "render.yml").write_text(yaml.safe_dump(plays))
-        env = {**os.environ, "ANSIBLE_FILTER_PLUGINS": str(ROLES / "common" / "filter_plugins"),
+        filters = [ROLES / role / "filter_plugins" for role in ("common", *TEMPLATE_ROLES)]
+        env = {**os.environ, "ANSIBLE_FILTER_PLUGINS": ":".join(str(d) for d in dict.fromkeys(filters) if d.is_dir()),
                "ANSIBLE_TEST_PLUGINS": str(ROLES / "common" / "test_plugins"), "ANSIBLE_HOME": str(work / ".ansible"),
                "ANSIBLE_LOCAL_TEMP": str(work / ".ansible" / "tmp"), "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
                "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",

@@ -93,6 +93,16 @@ def test_the_server_pod(rendered) -> None:
     assert "pg_isready" in alive["exec"]["command"][-1]
     assert all(p["timeoutSeconds"] >= 3 for p in (startup, ready, alive))
     assert spec["terminationGracePeriodSeconds"] >= 30
+    # spread over nodes by default: a preferred anti-affinity on the hostname and an even spread, on the servers only
+    servers = {"app.kubernetes.io/name": "sampledb", "app.kubernetes.io/instance": "db",
+               "sampledb.example.com/cluster": "db"}
+    [preferred] = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred["podAffinityTerm"] == {"labelSelector": {"matchLabels": servers},
+                                            "topologyKey": "kubernetes.io/hostname"}
+    assert spec["topologySpreadConstraints"] == [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                                  "whenUnsatisfiable": "ScheduleAnyway",
+                                                  "labelSelector": {"matchLabels": servers}}]
+    assert rendered["statefulset.yaml.j2"][0]["spec"]["template"]["metadata"]["labels"] == servers
 
 
 def test_every_job_pod_carries_the_databases_label_and_finished_jobs_do_not_pile_up(rendered) -> None:

@@ -1,5 +1,5 @@
-"""Provisioning decisions: whether the servers can take spec.resources, and when a StatefulSet must be made again
-because a field the API server never changes differs."""
+"""Provisioning decisions: whether the servers can take spec.resources, where the servers may run (spec.affinity), and
+when a StatefulSet must be made again because a field the API server never changes differs."""
 
 from __future__ import annotations
 
@@ -66,7 +66,34 @@ def sampledb_statefulset_immutable_changes(current, desired) -> list[str]:
     return changed
 
 
+def sampledb_scheduling(affinity, server_labels, default_topology_key="kubernetes.io/hostname",
+                        preferred_weight=100) -> dict:
+    """The server pods' scheduling fields from spec.affinity. By default the servers are spread over the values of
+    topologyKey (one per node): each prefers a node without another server of its database (pod anti-affinity,
+    CloudNativePG's default) and the scheduler keeps them even (a topology spread it may break when nodes are
+    short). ``required`` never puts two on one node: a server stays Pending instead. nodeSelector and tolerations
+    are passed on as given."""
+    affinity = affinity or {}
+    key = affinity.get("topologyKey") or default_topology_key
+    selector = {"matchLabels": dict(server_labels)}
+    out: dict = {}
+    if affinity.get("enablePodAntiAffinity", True):
+        term = {"labelSelector": selector, "topologyKey": key}
+        if affinity.get("podAntiAffinityType") == "required":
+            out["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+        else:
+            out["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": int(preferred_weight), "podAffinityTerm": term}]}}
+            out["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": key,
+                                                 "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector}]
+    for field in ("nodeSelector", "tolerations"):
+        if affinity.get(field):
+            out[field] = affinity[field]
+    return out
+
+
 class FilterModule:
     def filters(self):
         return {"sampledb_resources_problems": sampledb_resources_problems,
+                "sampledb_scheduling": sampledb_scheduling,
                 "sampledb_statefulset_immutable_changes": sampledb_statefulset_immutable_changes}
