@@ -10,7 +10,10 @@ from __future__ import annotations
 import base64
 import os
 import shlex
+import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,3 +232,36 @@ def deployed_credentials(kube: Kube, path: Path) -> Path:
         "current-context": "sa"}))
     path.chmod(0o600)
     return path
+
+
+def pod_host_pid(kube: Kube, namespace: str, pod: str) -> int:
+    """A host pid of one of the pod's processes (its sandbox's, or any container's: all share its network
+    namespace), found by the pod's UID in the process's cgroup."""
+    uid = kube.core.read_namespaced_pod(pod, namespace).metadata.uid
+    keys = (f"pod{uid}", f"pod{uid.replace('-', '_')}")
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if any(k in (proc / "cgroup").read_text() for k in keys):
+                    return int(proc.name)
+            except OSError:
+                continue
+    raise AssertionError(f"no process of pod {namespace}/{pod} (uid {uid}) on this machine")
+
+
+@contextmanager
+def cut_off_from_the_api_server(kube: Kube, namespace: str, pod: str) -> Iterator[None]:
+    """The pod's traffic to the API server (the kubernetes Service's address, as pods reach it) is dropped, in the
+    pod's own network namespace, until the block ends; its other traffic (the replicas, the clients) flows."""
+    api = kube.core.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    rule = ["OUTPUT", "-d", f"{api}/32", "-j", "DROP"]
+
+    def iptables(*args: str) -> None:
+        pid = pod_host_pid(kube, namespace, pod)
+        subprocess.run(["nsenter", "-t", str(pid), "-n", "iptables", "-w", *args, *rule], check=True,
+                       capture_output=True, text=True, timeout=30)
+    iptables("-I")
+    try:
+        yield
+    finally:
+        iptables("-D")

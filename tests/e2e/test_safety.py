@@ -13,6 +13,7 @@ from tests.kube import Kube, wait_for
 from tests.realnode import (
     DATABASE_LANE,
     POSTGRES_IMAGE,
+    cut_off_from_the_api_server,
     freeze_postmaster,
     psql_in_server,
     ready_database,
@@ -102,6 +103,41 @@ def test_a_failover_as_deployed_promotes_the_most_advanced_replica_and_the_old_p
              timeout=120, interval=2)
     print(f"failover {old} → {ahead} (as deployed, operator killed half-way): longest write gap "
           f"{writes.longest_gap():.1f} s; {len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
+
+
+def test_a_primary_cut_off_from_the_api_server_stops_within_its_term_and_a_replica_takes_over(
+        real: Kube, real_namespace: str, real_sampledb_operator) -> None:
+    """Three servers in sync mode; the primary pod's traffic to the API server is dropped (its kubelet, its replicas
+    and its clients still reach it). Its Lease agent can no longer read the Lease, so within its term the primary
+    stops taking writes; the operator sees it unready and promotes a replica; the old primary rejoins as a replica
+    (its label comes through its kubelet). Healed, nothing changes back. Every acknowledged row is kept, and no two
+    servers could take writes at once."""
+    real_sampledb_operator()
+    ns = real_namespace
+    old, servers, checker, writer = under_writes(real, ns, "cut", replicas=3)
+    agent = real.core.read_namespaced_pod(old, ns).spec.init_containers[0]
+    assert agent.name == "lease-agent" and agent.restart_policy == "Always"
+    writer.wait_for_more(10)
+    with cut_off_from_the_api_server(real, ns, old):
+        cut = time.time()
+        stopped = wait_for(f"{old} to stop for its term", lambda: [
+            at for at, what in server_history(real, ns, [old])[old] if what == "stopped" and at > cut], timeout=120,
+            interval=1)
+        new = wait_for("another primary", lambda: (p := get(real, ns, "cut")["status"].get("currentPrimary"))
+                       not in (None, old) and p, timeout=300, interval=1)
+        writer.wait_for_more(20, timeout=300)
+        wait_for(f"{old} back as a replica", lambda: psql_in_server(
+            real, ns, old, "select pg_is_in_recovery()", check=False) == "t", timeout=300, interval=2)
+    log = _server_log(real, ns, old) + real.kubectl("-n", ns, "logs", old, "-c", "postgres", "--previous",
+                                                     check=False).stdout
+    assert "no read of the Lease has named this server for 15s" in log, log[-3000:]
+    agent_log = real.kubectl("-n", ns, "logs", old, "-c", "lease-agent", check=False).stdout
+    assert "lease-agent: cannot read the Lease" in agent_log and "can be read again" in agent_log, agent_log
+    writer.wait_for_more(10, timeout=120)
+    writes = writer.stop()
+    assert assert_safe(real, ns, "cut", writes, checker.stop(), servers) == new
+    print(f"primary {old} cut off from the API server: stopped {stopped[0] - cut:.1f} s after (term 15 s), {new} "
+          f"promoted; longest write gap {writes.longest_gap():.1f} s; {len(writes.acked)} rows acknowledged")
 
 
 def test_a_lost_lease_and_an_empty_volume_under_the_primary_make_no_empty_or_second_primary(

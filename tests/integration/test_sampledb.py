@@ -296,7 +296,7 @@ def test_the_servers_spread_over_nodes_and_required_leaves_a_server_pending_rath
         kube: Kube, namespace: str, sampledb_operators) -> None:
     """By default (preferred anti-affinity on the hostname) three servers run on the local cluster's three nodes.
     With podAntiAffinityType required, a fourth server of another database finds no node of its own and stays
-    Pending, its FailedScheduling Event saying why, while that database's first three serve; the two databases do
+    Pending, its PodScheduled condition (and FailedScheduling Event) saying why, while that database's first three serve; the two databases do
     not repel each other."""
     sampledb_operators(failover_grace_seconds=0)
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("spread", replicas=3))
@@ -310,11 +310,12 @@ def test_the_servers_spread_over_nodes_and_required_leaves_a_server_pending_rath
 
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample(
         "strict", replicas=4, affinity={"podAntiAffinityType": "required"}))
-    why = wait_for("the fourth server to be refused a node for its anti-affinity", lambda: [
-        e.message for e in kube.core.list_namespaced_event(namespace).items
-        if e.reason == "FailedScheduling" and e.involved_object.name.startswith("strict-")
-        and "anti-affinity" in (e.message or "")], timeout=120)
-    assert "3 node(s) didn't match pod anti-affinity rules" in why[-1], why
+    def unscheduled() -> list[str]:  # (the scheduler's latest word; its Events are aggregated)
+        pods = kube.core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/instance=strict").items
+        return [c.message for p in pods for c in p.status.conditions or []
+                if c.type == "PodScheduled" and c.status == "False" and "anti-affinity" in (c.message or "")]
+    why = wait_for("the fourth server to be refused a node for its anti-affinity", unscheduled, timeout=120)
+    assert len(why) == 1 and "3 node(s) didn't match pod anti-affinity rules" in why[0], why
     wait_for("three strict servers Ready", lambda: get(kube, namespace, "strict").get("status", {})
              .get("readyReplicas") == 3, timeout=180)
     strict = nodes("strict")

@@ -221,6 +221,15 @@ class Pod:
     def pgdata(self) -> Path:
         return Path(self.env()["PGDATA"])
 
+    def lease(self, holder: str, age: float = 0.0) -> None:
+        """Writes what the pod's Lease agent writes after a read of the Lease naming `holder`, sent `age` s ago."""
+        sent = time.clock_gettime(time.CLOCK_BOOTTIME) - age
+        path = Path(self.env()["PGHOST"]) / "sampledb-lease"
+        tmp = path.with_name("sampledb-lease.tmp")
+        tmp.write_text(f"{holder} {sent:.2f}\n")
+        os.chown(tmp, self.user.uid, self.user.gid)
+        tmp.replace(path)
+
     def env(self) -> dict[str, str]:
         env = _container_env(self.container, self.db.secrets, {"metadata.name": self.name}, self.mounts)
         primary = next((p for p in self.db.pods if p.role == "primary" and p is not self), None)
@@ -371,14 +380,19 @@ class Loopback:
         self.inits: list[int] = []  # host pids of the containers' PID 1
 
     def database(self, name: str, replicas: int = 1, secrets: dict[str, str] | None = None,
-                 job_vars: dict[str, Any] | None = None, **spec: Any) -> Database:
+                 job_vars: dict[str, Any] | None = None, lease_term: int | None = None, **spec: Any) -> Database:
         """A SampleDB's manifests, rendered: one rendering per server pod (its port and socket directory), and the
-        Jobs' (with `job_vars`, the facts the roles set before rendering them)."""
+        Jobs' (with `job_vars`, the facts the roles set before rendering them). The Lease agent sidecar does not run
+        here (it reads the API): with `lease_term`, the primary's term is enforced and the test writes what the
+        agent would (`Pod.lease`); without, the servers are rendered without the agent."""
         secrets = secrets or {"username": "app", "password": f"app pw '{name}'",
                               "superuser-password": f"super \"pw\" '{name}'",
                               "replication-password": f"repl pw '{name}'"}
         db = Database(self, name, secrets)
-        base = {**sampledb_vars(name, replicas=replicas, **spec), "postgres_uid": self.uid, "postgres_gid": self.gid}
+        if lease_term is not None:
+            spec["failover"] = {**spec.get("failover", {}), "termSeconds": lease_term}
+        base = {**sampledb_vars(name, replicas=replicas, **spec), "postgres_uid": self.uid, "postgres_gid": self.gid,
+                "lease_agent_enabled": lease_term is not None}
         version = base["version"]
         job_vars = {  # what the backup, restore and upgrade roles set before they render their Jobs
             "db_version": version, "backup_name": f"{name}-backup", "backup_job_name": f"{name}-backup", "backup_uid": "uid",

@@ -855,3 +855,46 @@ def test_state_and_history_say_what_each_server_holds_and_when_it_could_take_wri
     assert a.proc is not None and a.proc.wait(30) == 0
     events = [line.split()[1:] for line in (a.volume / "sampledb-history.log").read_text().splitlines()]
     assert events == [["st-0", "writable"], ["st-0", "stopped"]], events
+
+
+def test_a_primary_runs_only_while_its_lease_agent_reads_the_lease_naming_it(node) -> None:
+    """With more than one server, a primary starts, is promoted and keeps running only while the last read of the
+    Lease its agent made (sampledb-lease in the run directory) names it and was sent less than a term ago: a primary
+    cut off from the API server stops taking writes within its term, and a replica labelled primary is promoted
+    only once the Lease names it."""
+    db = node(PG15).database("term", replicas=2, lease_term=3, replication={"mode": "async"})
+    a, b = db.pods
+    env = next(e for e in a.container["env"] if e["name"] == "LEASE_TERM_SECONDS")
+    assert env["value"] == "3"
+    a.start("primary")
+    wait_for("a to wait for the Lease", lambda: "waiting for the Lease to name this server" in a.log(), timeout=30)
+    assert a.probe("readinessProbe") != 0
+    a.lease("term-0")
+    a.wait_ready()
+    b.start("replica")
+    b.wait_ready()
+    a.sql("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+    wait_for("b to stream", lambda: streaming(a, "term-1"), timeout=30)
+    # the agent reads every second; the primary keeps running as long as it does
+    for _ in range(5):
+        a.lease("term-0")
+        time.sleep(1)
+    assert a.sql("INSERT INTO t VALUES (2) RETURNING x") == "2"
+    # the reads stop (the API server cannot be reached): within the term (3 s) and a fast shutdown, no more writes
+    a.lease("term-0")
+    last = time.time()
+    assert a.proc is not None and a.proc.wait(30) == 0
+    assert "no read of the Lease has named this server for 3s" in a.log()
+    history = [line.split() for line in (a.volume / "sampledb-history.log").read_text().splitlines()]
+    assert [what for _, _, what in history] == ["writable", "stopped"], history
+    assert 3 <= float(history[1][0]) - last < 3 + 1.5, (history, last)  # its server stopped within the term
+    # a replica labelled primary waits for the Lease to name it before it promotes itself
+    b.label("primary")
+    time.sleep(2)
+    assert b.sql("SELECT pg_is_in_recovery()") == "t"
+    b.lease("term-0")  # (the Lease naming another: no)
+    time.sleep(1)
+    assert b.sql("SELECT pg_is_in_recovery()") == "t"
+    b.lease("term-1")
+    wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
+    assert b.sql("SELECT count(*) FROM t") == "2"

@@ -68,6 +68,20 @@ history() { printf '%s %s %s\n' "$(date +%s.%N)" "$ME" "$1" >>"$volume/sampledb-
 waiting=""
 wait_note() { [ "$1" = "$waiting" ] || log "$1"; waiting=$1; }
 
+# The primary's term (LEASE_TERM_SECONDS, set when the database has more than one server): the pod's Lease agent
+# (lease-agent.py) writes "<holder> <uptime when the read was sent>" after each read of the database's Lease that
+# succeeded. This server starts or is promoted as the primary, and keeps running as one, only while a read sent less
+# than a term ago named it, so a primary cut off from the API server stops taking writes within its term.
+LEASE_FILE="$RUN_DIR/sampledb-lease"
+term_holds() {
+  [ -n "${LEASE_TERM_SECONDS:-}" ] || return 0
+  local holder sent now
+  read -r holder sent <"$LEASE_FILE" 2>/dev/null || return 1
+  [ "$holder" = "$ME" ] && [[ "$sent" =~ ^[0-9]+\.[0-9]{2}$ ]] || return 1
+  read -r now _ </proc/uptime
+  ((10#${now/./} < 10#${sent/./} + LEASE_TERM_SECONDS * 100))
+}
+
 writable_volume() {
   if [ ! -w "$volume" ] || [ ! -x "$volume" ]; then
     log "the data volume $volume (mode $(stat -c %a "$volume"), owner $(stat -c %u:%g "$volume")) is not writable by uid $(id -u) (gid $(id -g), groups $(id -G)), so $PGDATA cannot be created or replaced: give the pod's securityContext an fsGroup the volume honours, or a volume created writable (local-path: mode 0777)"
@@ -236,6 +250,10 @@ prepare() {
       clone || return 1
     fi
   fi
+  if [ "$r" = primary ] && ! term_holds; then
+    wait_note "waiting for the Lease to name this server (read by its Lease agent within ${LEASE_TERM_SECONDS}s) before it starts as the primary"
+    return 1
+  fi
   start_as=$r
   return 0
 }
@@ -344,7 +362,7 @@ loops=0 behind_checks=0 fencing=0
 # Follow the label and the annotations while the server runs.
 while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
   labelled=$(role)
-  if [ "$labelled" = primary ] && [ -f "$PGDATA/standby.signal" ] && locked unfence_if_primary; then
+  if [ "$labelled" = primary ] && [ -f "$PGDATA/standby.signal" ] && term_holds && locked unfence_if_primary; then
     # promoted while a fence is asked for (a major upgrade moving its primary): no client writes before the fence
     [ -z "$(annotation fence)" ] || follow_annotations
     log "relabelled primary: promoting"
@@ -354,6 +372,10 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
     keep_slots
   elif [ "$labelled" = replica ] && [ ! -f "$PGDATA/standby.signal" ]; then
     log "relabelled replica while running as a primary: stopping (it rejoins as a replica of the new primary)"
+    fencing=1
+    on_stop
+  elif [ ! -f "$PGDATA/standby.signal" ] && ! term_holds; then
+    log "no read of the Lease has named this server for ${LEASE_TERM_SECONDS}s (the API server cannot be reached, or the Lease names another): stopping, so that another server can be promoted safely"
     fencing=1
     on_stop
   elif ((++loops % 5 == 0)); then
