@@ -322,3 +322,53 @@ def test_the_servers_spread_over_nodes_and_required_leaves_a_server_pending_rath
     assert len(strict) == 4 and sorted(n is None for n in strict.values()) == [False, False, False, True], strict
     assert len({n for n in strict.values() if n}) == 3
     assert get(kube, namespace, "strict")["status"]["readyReplicasText"] == "3/4"
+
+
+def test_a_drain_of_the_primarys_node_switches_over_first_then_evicts_it(
+        kube: Kube, namespace: str, sampledb_operators) -> None:
+    """`kubectl drain` of the primary's node: the primary's disruption budget refuses its eviction, the rollout role
+    sees the node cordoned and switches over to a replica on another node, and only then is the old primary's pod
+    evicted and made again elsewhere; the drain completes, with no failover. On three kwok nodes of the test's own,
+    which only this database tolerates (spec.affinity's nodeSelector and tolerations), so that the cordon and the
+    evictions touch no other test's pods. (kwok's servers do not follow their labels: the old primary's pod is
+    deleted once the fence timeout is over, as a hung primary's would be.)"""
+    tag = namespace[-6:]
+    names = [f"drain-{tag}-{i}" for i in range(3)]
+    for name in names:
+        kube.core.create_node({
+            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                         "labels": {"type": "kwok", "kubernetes.io/hostname": name, "sampledb-test": tag}},
+            "spec": {"taints": [{"key": "sampledb-test", "value": tag, "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "20"},
+                       "capacity": {"cpu": "8", "memory": "32Gi", "pods": "20"}}})
+    try:
+        sampledb_operators(fence_timeout_seconds=3)
+        kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample(
+            "dr", replicas=2, affinity={"nodeSelector": {"sampledb-test": tag}, "tolerations": [
+                {"key": "sampledb-test", "operator": "Equal", "value": tag, "effect": "NoSchedule"}]}))
+        old = wait_phase(kube, namespace, "dr", timeout=180)["status"]["currentPrimary"]
+
+        def placed() -> dict[str, str]:
+            return {p.metadata.name: p.spec.node_name for p in kube.core.list_namespaced_pod(
+                namespace, label_selector="app.kubernetes.io/instance=dr,statefulset.kubernetes.io/pod-name").items
+                if not p.metadata.deletion_timestamp}
+        before = placed()
+        assert set(before.values()) <= set(names) and len(set(before.values())) == 2, before
+        old_uid = kube.core.read_namespaced_pod(old, namespace).metadata.uid
+        drained = kube.kubectl("drain", before[old], "--pod-selector=app.kubernetes.io/instance=dr",
+                               "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=240s", timeout=260)
+        assert drained.returncode == 0, drained.stderr
+        st = get(kube, namespace, "dr")["status"]
+        new = st["currentPrimary"]
+        assert new and new != old and st["phase"] in ("Ready", "Provisioning"), st
+        switched = events(kube, namespace, "SwitchedOver")
+        assert switched and new in switched[-1].message, [e.message for e in switched]
+        assert not events(kube, namespace, "FailedOver")
+        now = wait_for("the old primary made again on another node", lambda: (p := placed()).get(old) and p,
+                       timeout=120)
+        assert now[old] != before[old] and now[new] != before[old], now
+        assert kube.core.read_namespaced_pod(old, namespace).metadata.uid != old_uid
+        wait_phase(kube, namespace, "dr", timeout=180)
+    finally:
+        for name in names:
+            kube.kubectl("delete", "node", name, "--wait=false", check=False)

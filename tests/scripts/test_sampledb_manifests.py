@@ -19,7 +19,7 @@ JOB_FACTS = {"db_version": "15.18", "backup_name": "db-nightly", "backup_job_nam
 
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, list[dict[str, Any]]]:
-    [out] = render((["configmap.yaml.j2", *POD_TEMPLATES],
+    [out] = render((["configmap.yaml.j2", "server-rbac.yaml.j2", *POD_TEMPLATES],
                     {**sampledb_vars("db", replicas=3, parameters={"max_connections": "200", "hot_standby": "off",
                                                                    "log_line_prefix": "%m it's \\n"}), **JOB_FACTS}))
     return out
@@ -74,6 +74,29 @@ def test_the_servers_configuration(rendered) -> None:
     assert hba == [["local", "all", "all", "scram-sha-256"], ["host", "all", "all", "all", "scram-sha-256"],
                    ["host", "replication", "replicator", "all", "scram-sha-256"]]
     assert {"entrypoint.sh", "common.sh", "init.sh", "backup.sh", "restore.sh", "migrate.sh"} <= set(data)
+
+
+def test_the_servers_lease_agent_reads_only_their_lease_with_a_token_of_its_own(rendered) -> None:
+    """The Lease agent: a native sidecar (it starts before the server and lives as long as the pod) on the
+    operator's image, with the pod's ServiceAccount token mounted in it alone; that ServiceAccount may get the
+    database's Lease and nothing else. The server enforces the term (15 s by default)."""
+    spec = pod_spec(rendered["statefulset.yaml.j2"][0])
+    [agent] = spec["initContainers"]
+    assert (agent["name"], agent["restartPolicy"], agent["image"]) == ("lease-agent", "Always", "sampledb-operator:latest")
+    assert agent["command"] == ["python3", "/etc/sampledb/lease-agent.py"]
+    assert "cpu" in agent["resources"]["limits"] and agent["securityContext"]["allowPrivilegeEscalation"] is False
+    token = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert {m["mountPath"] for m in agent["volumeMounts"]} >= {token, "/etc/sampledb", "/var/run/postgresql"}
+    assert all(m["mountPath"] != token for c in spec["containers"] for m in c["volumeMounts"])
+    assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "db-sampledb-server"
+    server = next(c for c in spec["containers"] if c["name"] == "postgres")
+    assert {e["name"]: e.get("value") for e in server["env"]}["LEASE_TERM_SECONDS"] == "15"
+    account, role, binding = rendered["server-rbac.yaml.j2"]
+    assert account["metadata"]["name"] == role["metadata"]["name"] == binding["metadata"]["name"] == "db-sampledb-server"
+    assert account["automountServiceAccountToken"] is False
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "resourceNames": ["db-primary"], "verbs": ["get"]}]
+    assert binding["roleRef"]["name"] == "db-sampledb-server" and binding["subjects"][0]["name"] == "db-sampledb-server"
 
 
 def test_the_server_pod(rendered) -> None:

@@ -161,3 +161,24 @@ def test_a_blocked_failover_is_degraded_with_the_reason() -> None:
     result = filters.sampledb_status(found(leader_plan=plan, leader_ready=["db-1"], ready="1"))
     assert result["phase"] == "FailingOver"
     assert conditions(result)["Degraded"] == ("True", "FailoverBlocked")
+
+
+def test_why_a_server_does_not_run_is_in_the_degraded_message() -> None:
+    """A container the kubelet cannot run, for a reason a user can act on (the Lease agent's image not on the node, a
+    server that keeps crashing), is named in Degraded's message; a container on its way is not."""
+    def pod(name: str, init: dict | None, main: dict) -> dict:
+        return {"metadata": {"name": name}, "status": {
+            "initContainerStatuses": [{"name": "lease-agent", "state": init}] if init else [],
+            "containerStatuses": [{"name": "postgres", "state": main}]}}
+    pulling = {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "x:1"'}}
+    pods = [pod("db-0", {"running": {}}, {"running": {}}),
+            pod("db-1", pulling, {"waiting": {"reason": "PodInitializing"}}),
+            pod("db-2", {"running": {}}, {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s"}}),
+            pod("db-3", {"waiting": {"reason": "ContainerCreating"}}, {"waiting": {"reason": "PodInitializing"}})]
+    out = filters.sampledb_status(found(ready="1", server_pods=pods))
+    degraded = next(c for c in out["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "ServersNotReady"
+    assert degraded["message"] == ('1 of 3 servers ready: db-1: lease-agent ImagePullBackOff (Back-off pulling image '
+                                   '"x:1"); db-2: postgres CrashLoopBackOff (back-off 5m0s)')
+    assert next(c for c in filters.sampledb_status(found(server_pods=pods[:1]))["conditions"]
+                if c["type"] == "Degraded")["reason"] == "AllServersHealthy"

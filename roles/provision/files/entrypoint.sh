@@ -33,7 +33,7 @@ ME=${POD_NAME:-$HOSTNAME}
 
 log() { echo "sampledb: $*" >&2; }
 
-server="" child="" stopping=0
+server="" child="" stopping=0 terminated=0
 on_stop() {
   stopping=1
   if [ -n "$server" ]; then
@@ -42,7 +42,8 @@ on_stop() {
   fi
   [ -z "$child" ] || kill -TERM "$child" 2>/dev/null || true
 }
-trap on_stop TERM INT
+on_signal() { terminated=1; on_stop; }
+trap on_signal TERM INT
 
 # run CMD...: runs it in the background and waits for it; before the server runs, a stop request ends the script.
 run() {
@@ -68,18 +69,26 @@ history() { printf '%s %s %s\n' "$(date +%s.%N)" "$ME" "$1" >>"$volume/sampledb-
 waiting=""
 wait_note() { [ "$1" = "$waiting" ] || log "$1"; waiting=$1; }
 
-# The primary's term (LEASE_TERM_SECONDS, set when the database has more than one server): the pod's Lease agent
-# (lease-agent.py) writes "<holder> <uptime when the read was sent>" after each read of the database's Lease that
-# succeeded. This server starts or is promoted as the primary, and keeps running as one, only while a read sent less
-# than a term ago named it, so a primary cut off from the API server stops taking writes within its term.
+# The primary's term (LEASE_TERM_SECONDS, when the operator's servers annotation lists more than one server): the
+# pod's Lease agent (lease-agent.py) writes "<holder> <uptime when the read was sent>" after each read of the
+# database's Lease that succeeded, and why the last one failed to sampledb-lease-error. This server starts or is
+# promoted as the primary, and keeps running as one, only while a read sent less than a term ago named it, so a
+# primary cut off from the API server stops taking writes within its term. (A single server has nothing to be
+# promoted in its place.)
 LEASE_FILE="$RUN_DIR/sampledb-lease"
 term_holds() {
-  [ -n "${LEASE_TERM_SECONDS:-}" ] || return 0
-  local holder sent now
-  read -r holder sent <"$LEASE_FILE" 2>/dev/null || return 1
+  [ -n "${LEASE_TERM_SECONDS:-}" ] && [[ "$(annotation servers)" == *,* ]] || return 0
+  local holder="" sent="" now
+  { read -r holder sent <"$LEASE_FILE"; } 2>/dev/null || return 1
   [ "$holder" = "$ME" ] && [[ "$sent" =~ ^[0-9]+\.[0-9]{2}$ ]] || return 1
   read -r now _ </proc/uptime
   ((10#${now/./} < 10#${sent/./} + LEASE_TERM_SECONDS * 100))
+}
+lease_news() {  # what the agent last read, and why its last read failed
+  local holder="" sent="" error
+  { read -r holder sent <"$LEASE_FILE"; } 2>/dev/null || true
+  error=$(cat "$LEASE_FILE-error" 2>/dev/null || true)
+  printf 'the last read of the Lease named %s%s' "${holder:-nobody (no read yet)}" "${error:+; the agent says: $error}"
 }
 
 writable_volume() {
@@ -99,14 +108,14 @@ if [ -e "$PGDATA" ]; then
   [ -O "$PGDATA" ] || { log "the data directory $PGDATA belongs to uid $(stat -c %u "$PGDATA"), not to this server's uid $(id -u)"; exit 1; }
   chmod 0700 "$PGDATA"  # an fsGroup change of the volume makes it group-writable, which the server refuses
 fi
-# A server that was ended without a record (SIGKILL after a short grace, out of memory, the node's power) last wrote
-# when the newest file of its data directory says: it acknowledged no commit after that (a commit is acknowledged
-# once its WAL is flushed). That time closes its history's open "writable".
-# (never before the "writable" itself)
+# A server that was killed without a record (SIGKILL after a short grace, out of memory) last wrote when the newest
+# file of its data directory says: it acknowledged no commit after that (a commit is acknowledged once its WAL is
+# flushed). That time closes its history's open "writable", never before the "writable" itself. (After a power loss
+# the file times themselves may not have reached the disk: then the record is only as good as they are.)
 if [ -d "$PGDATA" ] && [ "$(tail -n 1 "$volume/sampledb-history.log" 2>/dev/null | cut -d' ' -f3)" = writable ]; then
   last=$({ tail -n 1 "$volume/sampledb-history.log" | cut -d' ' -f1; find "$PGDATA" -type f -printf '%T@\n'; } 2>/dev/null |
-    sort -g | tail -n 1)
-  printf '%s %s ended\n' "$last" "$ME" >>"$volume/sampledb-history.log" 2>/dev/null || true
+    sort -g | tail -n 1) || true
+  [ -z "$last" ] || printf '%s %s ended\n' "$last" "$ME" >>"$volume/sampledb-history.log" 2>/dev/null || true
 fi
 
 # Passwords reach libpq (the replicas' stream, pg_rewind, pg_basebackup, the checks below) through a password file in
@@ -251,7 +260,7 @@ prepare() {
     fi
   fi
   if [ "$r" = primary ] && ! term_holds; then
-    wait_note "waiting for the Lease to name this server (read by its Lease agent within ${LEASE_TERM_SECONDS}s) before it starts as the primary"
+    wait_note "waiting for the Lease to name this server (read by its Lease agent within ${LEASE_TERM_SECONDS}s) before it starts as the primary: $(lease_news)"
     return 1
   fi
   start_as=$r
@@ -298,6 +307,8 @@ log "starting as $start_as"
 rm -f "${PGHOST:-/var/run/postgresql}"/.s.PGSQL.*.lock
 postgres -D "$PGDATA" "${opts[@]}" &
 server=$!
+# (a SIGTERM that came after the last step and before the server's pid was known stops it now)
+[ "$stopping" = 0 ] || kill -INT "$server" 2>/dev/null || true
 
 check_sql() {  # (short timeouts: the loop that follows the label waits for these)
   PGCONNECT_TIMEOUT=3 PGOPTIONS="-c statement_timeout=3000" psql -X -w -A -t -q -U "$POSTGRES_USER" -d postgres "$@" 2>/dev/null
@@ -357,7 +368,7 @@ SQL
   if write_runtime; then reload; fi
 }
 conf_sum=$(cat "$CONF/postgresql.conf" "$CONF/pg_hba.conf" 2>/dev/null | md5sum || true)
-loops=0 behind_checks=0 fencing=0
+loops=0 behind_checks=0 fencing=0 termed=0
 
 # Follow the label and the annotations while the server runs.
 while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
@@ -375,10 +386,13 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
     fencing=1
     on_stop
   elif [ ! -f "$PGDATA/standby.signal" ] && ! term_holds; then
-    log "no read of the Lease has named this server for ${LEASE_TERM_SECONDS}s (the API server cannot be reached, or the Lease names another): stopping, so that another server can be promoted safely"
-    fencing=1
+    log "no read of the Lease has named this server for ${LEASE_TERM_SECONDS}s ($(lease_news)): stopping, so that another server can be promoted safely; it starts again once the Lease names it"
+    fencing=1 termed=1
     on_stop
   elif ((++loops % 5 == 0)); then
+    if [ "$labelled" = primary ] && [ -f "$PGDATA/standby.signal" ]; then
+      wait_note "labelled primary: waiting for the Lease to name this server before promoting it ($(lease_news))"
+    fi
     # (each second: the annotations, the configuration files, the slots; each tenth second, whether a replica fell behind)
     follow_annotations
     now_sum=$(cat "$CONF/postgresql.conf" "$CONF/pg_hba.conf" 2>/dev/null | md5sum || true)
@@ -436,6 +450,12 @@ if [ "$fencing" = 1 ]; then
   LC_ALL=C pg_controldata -D "$PGDATA" 2>/dev/null | sed -n 's/^Latest checkpoint location: *//p' >"$FENCED" || : >"$FENCED"
   # (the operator's fenced.sh, started by exec as the label changed, reads the mark in this container: exec into
   # one that has exited fails, and then the operator waits for the kubelet to report it)
+  if [ "$termed" = 1 ] && [ "$terminated" = 0 ]; then
+    # (in this container, not a restarted one: the kubelet's back-off would keep the primary down after the Lease
+    # names it again)
+    log "waiting in this container for the Lease to name this server again"
+    exec /bin/bash "${BASH_SOURCE[0]}" "$@"
+  fi
   run sleep "${FENCED_LINGER_SECONDS:-3}" || true
 fi
 exit "$rc"

@@ -55,9 +55,31 @@ def _phase(f: dict[str, Any], failure: str, primary_ok: bool, failover: bool) ->
     return "Ready"
 
 
+# what keeps a container from running that a user can act on (a container being made, or waiting for the one
+# before it, is on its way)
+ON_ITS_WAY = ("ContainerCreating", "PodInitializing")
+
+
+def sampledb_server_problems(pods: Any) -> list[str]:
+    """Why server containers do not run, as the kubelet says it: "<pod>: <container> <reason> (<message>)" for each
+    container (the Lease agent sidecar's included) waiting for a reason a user can act on, such as an image that
+    cannot be pulled or a container that keeps crashing."""
+    out = []
+    for pod in pods or []:
+        status = (pod or {}).get("status") or {}
+        name = ((pod or {}).get("metadata") or {}).get("name", "")
+        for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+            waiting = (c.get("state") or {}).get("waiting") or {}
+            reason = waiting.get("reason") or ""
+            if reason and reason not in ON_ITS_WAY:
+                message = " ".join(str(waiting.get("message") or "").split())[:200]
+                out.append(f"{name}: {c.get('name', '')} {reason}" + (f" ({message})" if message else ""))
+    return out
+
+
 def _conditions(f: dict[str, Any], phase: str, failure: str, primary: str, primary_ok: bool) -> list[dict[str, str]]:
     ready, desired, initialized = f["ready"], f["desired"], f["initialized"]
-    servers = f"{ready} of {desired} servers ready"
+    servers = f"{ready} of {desired} servers ready" + (f": {'; '.join(f['problems'])}" if f["problems"] else "")
     failing = "; ".join(s.get("summary", "") for s in f["failed_steps"])
     serving = initialized and primary_ok and not failing
     if serving:
@@ -151,6 +173,7 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
         "blocked": _text(plan.get("blocked")),
         "failed_steps": [s for s in found.get("failed_steps") or [] if isinstance(s, dict)],
         "refused": [str(r) for r in found.get("refused") or [] if r],
+        "problems": sampledb_server_problems(found.get("server_pods")),
         "running_version": _text(found.get("running_version")),
         "now": _text(found.get("now")),
         **{k: _bool(found.get(k)) for k in ("upgrade_active", "upgrade_completed")},
