@@ -327,8 +327,9 @@ def test_the_servers_spread_over_nodes_and_required_leaves_a_server_pending_rath
 def test_a_drain_of_the_primarys_node_switches_over_first_then_evicts_it(
         kube: Kube, namespace: str, sampledb_operators) -> None:
     """`kubectl drain` of the primary's node: the primary's disruption budget refuses its eviction, the rollout role
-    sees the node cordoned and switches over to a replica on another node, and only then is the old primary's pod
-    evicted and made again elsewhere; the drain completes, with no failover. On three kwok nodes of the test's own,
+    sees the node cordoned and switches over to a replica on another node (the old primary is fenced, relabelled
+    replica, before its pod goes), the old primary's pod is evicted and made again elsewhere, and the drain
+    completes, with no failover. On three kwok nodes of the test's own,
     which only this database tolerates (spec.affinity's nodeSelector and tolerations), so that the cordon and the
     evictions touch no other test's pods. (kwok's servers do not follow their labels: the old primary's pod is
     deleted once the fence timeout is over, as a hung primary's would be.)"""
@@ -346,7 +347,8 @@ def test_a_drain_of_the_primarys_node_switches_over_first_then_evicts_it(
         kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample(
             "dr", replicas=2, affinity={"nodeSelector": {"sampledb-test": tag}, "tolerations": [
                 {"key": "sampledb-test", "operator": "Equal", "value": tag, "effect": "NoSchedule"}]}))
-        old = wait_phase(kube, namespace, "dr", timeout=180)["status"]["currentPrimary"]
+        old = wait_for("dr Ready with a primary", lambda: (st := get(kube, namespace, "dr").get("status", {}))
+                       .get("phase") == "Ready" and st.get("currentPrimary"), timeout=180)
 
         def placed() -> dict[str, str]:
             return {p.metadata.name: p.spec.node_name for p in kube.core.list_namespaced_pod(
@@ -358,9 +360,10 @@ def test_a_drain_of_the_primarys_node_switches_over_first_then_evicts_it(
         drained = kube.kubectl("drain", before[old], "--pod-selector=app.kubernetes.io/instance=dr",
                                "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=240s", timeout=260)
         assert drained.returncode == 0, drained.stderr
-        st = get(kube, namespace, "dr")["status"]
-        new = st["currentPrimary"]
-        assert new and new != old and st["phase"] in ("Ready", "Provisioning"), st
+        # its primary's disruption budget held the eviction until the switchover had fenced it (relabelled replica)
+        assert "violate the pod's disruption budget" in drained.stdout + drained.stderr, drained.stdout + drained.stderr
+        new = wait_for("a new primary", lambda: (p := get(kube, namespace, "dr").get("status", {})
+                                                 .get("currentPrimary")) not in (None, "", old) and p, timeout=120)
         switched = events(kube, namespace, "SwitchedOver")
         assert switched and new in switched[-1].message, [e.message for e in switched]
         assert not events(kube, namespace, "FailedOver")
