@@ -61,6 +61,10 @@ run() {
 }
 
 . "$(dirname "${BASH_SOURCE[0]}")/role.sh"  # role, annotations, the fence's mark
+# Until this script starts a server, the liveness probe lets it be: it waits, rewinds or clones (after a term stop it
+# starts again in the same container, past the startup probe).
+STARTING="$RUN_DIR/sampledb-starting"
+: >"$STARTING" 2>/dev/null || true
 major() { postgres --version | sed -E 's/^[^0-9]*([0-9]+).*$/\1/'; }
 volume=$(dirname "$PGDATA")
 history() { printf '%s %s %s\n' "$(date +%s.%N)" "$ME" "$1" >>"$volume/sampledb-history.log" 2>/dev/null || true; }
@@ -76,13 +80,16 @@ wait_note() { [ "$1" = "$waiting" ] || log "$1"; waiting=$1; }
 # primary cut off from the API server stops taking writes within its term. (A single server has nothing to be
 # promoted in its place.)
 LEASE_FILE="$RUN_DIR/sampledb-lease"
-term_holds() {
-  [ -n "${LEASE_TERM_SECONDS:-}" ] && [[ "$(annotation servers)" == *,* ]] || return 0
-  local holder="" sent="" now
-  { read -r holder sent <"$LEASE_FILE"; } 2>/dev/null || return 1
-  [ "$holder" = "$ME" ] && [[ "$sent" =~ ^[0-9]+\.[0-9]{2}$ ]] || return 1
+term_holds() {  # (builtins first: it runs five times a second on a primary)
+  [ -n "${LEASE_TERM_SECONDS:-}" ] || return 0
+  local holder="" sent="" now=""
+  { read -r holder sent <"$LEASE_FILE"; } 2>/dev/null || true
   read -r now _ </proc/uptime
-  ((10#${now/./} < 10#${sent/./} + LEASE_TERM_SECONDS * 100))
+  if [ "$holder" = "$ME" ] && [[ "$sent" =~ ^[0-9]+\.[0-9]{2}$ ]] &&
+      ((10#${now/./} < 10#${sent/./} + LEASE_TERM_SECONDS * 100)); then
+    return 0
+  fi
+  [[ "$(annotation servers)" != *,* ]]  # (a single server: no term)
 }
 lease_news() {  # what the agent last read, and why its last read failed
   local holder="" sent="" error
@@ -305,6 +312,7 @@ log "starting as $start_as"
 # A server killed in an earlier start of this container left its socket's lock file in the (kept) socket directory;
 # the new server refuses it when its pid names a live process here, as it may after a restart. None runs here now.
 rm -f "${PGHOST:-/var/run/postgresql}"/.s.PGSQL.*.lock
+rm -f "$STARTING"
 postgres -D "$PGDATA" "${opts[@]}" &
 server=$!
 # (a SIGTERM that came after the last step and before the server's pid was known stops it now)

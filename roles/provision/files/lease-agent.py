@@ -82,6 +82,7 @@ def main() -> int:
     timeout = float(os.environ.get("LEASE_READ_TIMEOUT_SECONDS", "2"))
     api = opener(ssl.create_default_context(cafile=str(ACCOUNT / "ca.crt")))
     url, failing = lease_url(), ""
+    out.with_name(out.name + "-error").unlink(missing_ok=True)  # (an earlier agent's: this one has not failed yet)
     while True:
         began = uptime()
         failing = read_once(out, lambda: read_holder(api, url, timeout), failing)
