@@ -132,8 +132,9 @@ def test_a_primary_cut_off_from_the_api_server_stops_within_its_term_and_a_repli
     log = _server_log(real, ns, old)
     assert "no read of the Lease has named this server for 15s" in log, log[-3000:]
     assert "waiting in this container for the Lease to name this server again" in log, log[-3000:]
-    agent_log = real.kubectl("-n", ns, "logs", old, "-c", "lease-agent", check=False).stdout
-    assert "lease-agent: cannot read the Lease" in agent_log and "can be read again" in agent_log, agent_log
+    agent_log = wait_for("the agent to read the Lease again", lambda: "can be read again" in (log := real.kubectl(
+        "-n", ns, "logs", old, "-c", "lease-agent", check=False).stdout) and log, timeout=60, interval=2)
+    assert "lease-agent: cannot read the Lease" in agent_log, agent_log
     writer.wait_for_more(10, timeout=120)
     writes = writer.stop()
     assert assert_safe(real, ns, "cut", writes, checker.stop(), servers) == new
