@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.realnode import process_alive
 from tests.scripts.loopback import Loopback, Pod, sync_names, wait_for
 from tests.writes import history_overlaps
 
@@ -521,13 +522,7 @@ def test_a_primary_whose_server_does_not_stop_for_its_replica_label_ends_its_con
     assert a.proc is not None and a.proc.wait(60) == 137
     assert time.time() - asked >= 2
     assert "did not stop within 2s of its replica label" in a.log()
-
-    def gone() -> bool:
-        try:
-            return Path(f"/proc/{server}/stat").read_text().split(") ")[1][0] in "ZX"
-        except FileNotFoundError:
-            return True
-    wait_for("the frozen server to be gone with its container", gone, timeout=10)
+    wait_for("the frozen server to be gone with its container", lambda: not process_alive(server), timeout=10)
     assert a.exec(["/bin/bash", "/etc/sampledb/fenced.sh", "0"]).returncode == 1
 
 
@@ -551,13 +546,7 @@ def test_a_primary_whose_server_does_not_stop_for_sigterm_ends_its_container_wit
     assert "did not stop within 2s of SIGTERM" in a.log()
     events = [line.split()[1:] for line in (a.volume / "sampledb-history.log").read_text().splitlines()]
     assert events == [["frozen-term-0", "writable"], ["frozen-term-0", "stopped"]], events
-
-    def gone() -> bool:
-        try:
-            return Path(f"/proc/{server}/stat").read_text().split(") ")[1][0] in "ZX"
-        except FileNotFoundError:
-            return True
-    wait_for("the frozen server to be gone with its container", gone, timeout=10)
+    wait_for("the frozen server to be gone with its container", lambda: not process_alive(server), timeout=10)
 
 
 def test_a_replica_that_can_no_longer_catch_up_clones_the_primary_again(node) -> None:
