@@ -178,6 +178,22 @@ def fresh_namespace(kube: Kube, test_name: str) -> Iterator[str]:
                 raise
 
 
+def print_restarted_containers(kube: Kube, namespace: str, tail: int = 40) -> None:
+    """For a failed test's report: each container that restarted, why it last ended and the end of its log then."""
+    for pod in kube.core.list_namespaced_pod(namespace).items:
+        for status in (pod.status.init_container_statuses or []) + (pod.status.container_statuses or []):
+            ended = status.last_state.terminated if status.last_state else None
+            if not status.restart_count or ended is None:
+                continue
+            print(f"\n--- {pod.metadata.name}/{status.name}: {status.restart_count} restarts; last ended "
+                  f"{ended.finished_at} with {ended.exit_code} ({ended.reason}) ---")
+            try:
+                print(kube.core.read_namespaced_pod_log(pod.metadata.name, namespace, container=status.name,
+                                                       previous=True, tail_lines=tail))
+            except client.ApiException as exc:
+                print(f"(no earlier log: {exc.reason})")
+
+
 def find_kubectl() -> str:
     found = shutil.which("kubectl")
     if not found:

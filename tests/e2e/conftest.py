@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from localcluster.cluster import LocalCluster
-from tests.kube import Kube, find_kubectl, fresh_namespace, wait_for
+from tests.kube import Kube, find_kubectl, fresh_namespace, print_restarted_containers, wait_for
 from tests.operator import ROOT, OperatorProcess, install_sampledb_crds, sampledb_watches, stop_all
 from tests.realnode import AS_DEPLOYED_VARS, as_deployed_args, deployed_credentials, process_alive
 from tests.sampledb import GROUP, PLURAL, VERSION
@@ -167,6 +167,7 @@ def real_sampledb_operator(real: Kube, real_namespace: str, real_sampledb_crds: 
         # what the user would look at first: each SampleDB's status, and the last failing task of each run
         for db in real.custom.list_namespaced_custom_object(GROUP, VERSION, real_namespace, PLURAL)["items"]:
             print(f"\n--- SampleDB {db['metadata']['name']} status ---\n{yaml.safe_dump(db.get('status') or {})}")
+        print_restarted_containers(real, real_namespace)
     if ops:
         # The namespace goes while the operator still runs, so that its SampleDBs' finalizers let them go
         # (and their servers stop) instead of leaving the namespace Terminating on this shared cluster.

@@ -349,6 +349,18 @@ def started_streaming(db, *setup_sql: str) -> tuple[Pod, Pod]:
     return primary, replica
 
 
+STARTING_AGAIN = "starting again in this container"
+
+
+def demoted(pod: Pod) -> None:
+    """Relabels a primary replica, as a switchover does, and waits for its server to stop for it: the entrypoint
+    then starts again in the same container, as a replica."""
+    again = pod.log().count(STARTING_AGAIN)
+    pod.label("replica")
+    wait_for(f"{pod.name} to stop for its replica label", lambda: pod.log().count(STARTING_AGAIN) > again, timeout=30)
+    assert not pod.exited()
+
+
 def server_pid(pod: Pod) -> int:
     """The host pid of the pod's postgres server (a child of the container's PID 1)."""
     init = pod.init_pid()
@@ -443,20 +455,24 @@ def test_in_sync_mode_a_commit_is_acknowledged_once_a_replica_has_it(node) -> No
 
 def test_failover_promotes_the_relabelled_replica_and_the_old_primary_rejoins_by_rewind(node) -> None:
     """The leader role demotes the primary (label replica) and promotes a replica (label primary): the old
-    primary stops by itself, the replica promotes itself, and the old primary, restarted, is rewound to the new
-    primary's history (pg_rewind: no clone) and streams from it."""
+    primary stops by itself and waits in its container (a restart would add the kubelet's back-off), the replica
+    promotes itself, and the old primary is rewound to the new primary's history (pg_rewind: no clone, after a
+    checkpoint of the new primary, whose control file names its new timeline only then) and streams from it."""
     db = node(PG15).database("ha", replicas=2, replication={"mode": "async"})  # it writes before the replica starts
     a, b = started_streaming(db, "CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
 
-    a.label("replica")
-    assert a.proc is not None and a.proc.wait(30) == 0
+    demoted(a)
     assert "relabelled replica while running as a primary" in a.log()
+    assert a.psql("SELECT 1").returncode != 0
     b.label("primary")
     wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
     assert not (b.pgdata / "standby.signal").exists()
     b.sql("INSERT INTO t VALUES (2)")
 
-    a.start()  # restartPolicy Always; the primary's Service now reaches b
+    # (restarted here: this harness gives a container the primary's port when it starts, where a pod has the
+    # primary's Service)
+    a.stop()
+    a.start()
     a.wait_ready()
     assert "rewound: it follows the new primary" in a.log() and "cloning" not in a.log().split("--- start 2")[1]
     assert not list(a.volume.glob("pgdata.*"))
@@ -464,6 +480,35 @@ def test_failover_promotes_the_relabelled_replica_and_the_old_primary_rejoins_by
     wait_for("a to stream from b", lambda: streaming(b, "ha-0"), timeout=30)
     b.sql("INSERT INTO t VALUES (3)")
     wait_for("the row on a", lambda: a.sql("SELECT count(*) FROM t") == "3", timeout=30)
+
+
+def test_a_primary_switched_over_and_back_at_once_rejoins_the_new_primary(node) -> None:
+    """a to b, then at once back to a: a, promoted again after replaying much of b's writes, is still writing its
+    end-of-recovery checkpoint (spread over minutes) when b rejoins it. pg_rewind reads the source's timeline from
+    its control file, which names the new timeline only after that checkpoint: b asks a for one first, and then
+    follows it (rewound to a wrong timeline, it would never start)."""
+    db = node(PG15).database("twice", replicas=2, replication={"mode": "async"})
+    a, b = started_streaming(db, "CREATE TABLE t (x int, pad text); INSERT INTO t VALUES (0, '')")
+
+    def switch_over(old: Pod, new: Pod) -> None:
+        demoted(old)
+        new.label("primary")
+        wait_for(f"{new.name} to be promoted", lambda: new.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
+
+    switch_over(a, b)
+    a.stop()  # (restarted here with b's port, which a pod reaches through the primary's Service)
+    a.start()
+    wait_for("a to stream from b", lambda: streaming(b, "twice-0"), timeout=60)
+    b.sql("INSERT INTO t SELECT g, repeat('x', 200) FROM generate_series(1, 300000) g")
+    wait_for("a to replay it", lambda: a.sql("SELECT count(*) FROM t") == "300001", timeout=60)
+
+    switch_over(b, a)  # b, started when a was the primary, rejoins it in its own container
+    b.wait_ready()
+    wait_for("b to stream from a", lambda: streaming(a, "twice-1"), timeout=60)
+    assert "rewound: it follows the new primary" in b.log().split("relabelled replica")[-1], b.log()[-3000:]
+    a.sql("INSERT INTO t VALUES (-1, '')")
+    wait_for("the row on b", lambda: b.sql("SELECT count(*) FROM t") == "300002", timeout=30)
+    assert not b.exited()
 
 
 def test_fenced_says_an_old_primary_stopped_only_once_its_server_took_its_last_write(node) -> None:
@@ -481,16 +526,20 @@ def test_fenced_says_an_old_primary_stopped_only_once_its_server_took_its_last_w
     assert still.returncode == 1 and "has not stopped after 1s" in still.stdout, still
 
     def fence(old: Pod) -> None:
+        again = old.log().count(STARTING_AGAIN)
         old.label("replica")
         done = old.exec([*fenced, "30"])
         # it says where the server stopped: its shutdown checkpoint, which the promoted server must have received
         assert done.returncode == 0 and re.fullmatch(r"stopped=[0-9A-F]+/[0-9A-F]+\n", done.stdout), done
         assert old.psql("SELECT 1").returncode != 0, "fenced.sh said stopped while the server took connections"
-        assert old.proc is not None and old.proc.wait(30) == 0
+        wait_for(f"{old.name} to start again in its container", lambda: old.log().count(STARTING_AGAIN) > again,
+                 timeout=30)
+        assert not old.exited()
 
     fence(a)
     b.label("primary")
     wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
+    a.stop()  # (restarted here with the new primary's port, which a pod reaches through the primary's Service)
     a.start()  # as a replica: still fenced
     a.wait_ready()
     assert a.exec([*fenced, "1"]).returncode == 0
@@ -552,8 +601,8 @@ def test_a_primary_whose_server_does_not_stop_for_sigterm_ends_its_container_wit
 def test_a_replica_that_can_no_longer_catch_up_clones_the_primary_again(node) -> None:
     """Without a replication slot (or with one that lost its WAL to max_slot_wal_keep_size) and without a WAL archive,
     a replica that was down while the primary recycled the WAL it needs cannot stream again. It notices (not
-    streaming, and the primary no longer has the segment it must go on from), stops, keeps its data aside, and the
-    restarted container clones the primary afresh; the copy is removed once it streams again."""
+    streaming, and the primary no longer has the segment it must go on from), stops, keeps its data aside, and clones
+    the primary afresh in the same container; the copy is removed once it streams again."""
     db = node(PG15).database("lag", replicas=2, replication={"mode": "async"},
                              parameters={"wal_keep_size": "0", "min_wal_size": "32MB", "max_wal_size": "32MB"})
     for pod in db.pods:
@@ -567,11 +616,13 @@ def test_a_replica_that_can_no_longer_catch_up_clones_the_primary_again(node) ->
     oldest = primary.sql("SELECT min(name) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'")
     assert oldest > needed, (oldest, needed)
 
-    replica.start()  # restartPolicy Always
-    wait_for("the replica to stop by itself", replica.exited, timeout=120, interval=1)
-    assert "the primary no longer has the WAL this replica needs to catch up" in replica.log(), replica.log()
     replica.start()
+    started = replica.starts
+    wait_for("the replica to stop by itself and start again", lambda: STARTING_AGAIN in replica.log(), timeout=120,
+             interval=1)
+    assert "the primary no longer has the WAL this replica needs to catch up" in replica.log(), replica.log()
     replica.wait_ready()
+    assert replica.starts == started and not replica.exited()  # in the same container: no restart's back-off
     assert "keeping" in replica.log() and "pgdata.stale" in replica.log()
     wait_for("the replica to stream again", lambda: streaming(primary, "lag-1"), timeout=60)
     assert replica.sql("SELECT count(*) FROM t") == primary.sql("SELECT count(*) FROM t") == "600001"
@@ -797,8 +848,7 @@ def test_a_replica_promoted_with_the_fence_asked_for_takes_no_client_write(node)
     and the server fences its clients before it promotes itself, never after."""
     db = node(PG15).database("mv", replicas=2, replication={"mode": "async"})
     a, b = started_streaming(db, "CREATE ROLE app LOGIN PASSWORD 'app pw'", "CREATE DATABASE app OWNER app")
-    a.label("replica")
-    assert a.proc is not None and a.proc.wait(30) == 0
+    demoted(a)
     b.label("primary", fence="upgrade")
     wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
     log = b.log()
@@ -844,8 +894,7 @@ def test_state_and_history_say_what_each_server_holds_and_when_it_could_take_wri
     stopped = _state(b)
     assert (stopped["running"], stopped["sysid"], stopped["data"]) == ("no", sa["sysid"], "yes")
     assert re.fullmatch(r"[0-9A-F]+/[0-9A-F]+", stopped["lsn"])
-    a.label("replica")
-    assert a.proc is not None and a.proc.wait(30) == 0
+    demoted(a)
     events = [line.split()[1:] for line in (a.volume / "sampledb-history.log").read_text().splitlines()]
     assert events == [["st-0", "writable"], ["st-0", "stopped"]], events
 

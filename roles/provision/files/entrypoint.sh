@@ -12,7 +12,7 @@
 #   - data of another major version is kept aside ($PGDATA.v<major>) only during a major upgrade from that version,
 #     and taken back when the operator rolls the upgrade back; otherwise the server does not start and says why;
 #   - a replica that can no longer catch up (its stream is down and the primary has recycled the WAL it needs) stops;
-#     its data is kept aside ($PGDATA.stale) and the restarted container clones the primary afresh; kept-aside copies
+#     its data is kept aside ($PGDATA.stale) and it starts again, cloning the primary afresh; kept-aside copies
 #     are removed once the replica streams again;
 #   - the primary keeps a replication slot for each other server (a replica that was down catches up);
 #   - synchronous_standby_names and the fence (only the superuser and the replicas may connect: a major upgrade's dump,
@@ -216,6 +216,13 @@ clone() {
 rejoin() {
   primary_ready || { wait_note "waiting for the primary at $PRIMARY_HOST:$PRIMARY_PORT to rejoin it"; return 1; }
   log "this server was a primary and is now a replica: rewinding it to the new primary (pg_rewind)"
+  # pg_rewind takes the source's timeline from its control file, which a server promoted moments ago updates only at
+  # its next checkpoint: without one, it rewinds to the old timeline and the replica never starts
+  if ! PGCONNECT_TIMEOUT=10 run psql -X -w -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -U "$POSTGRES_USER" -d postgres \
+      -c CHECKPOINT; then
+    wait_note "the new primary at $PRIMARY_HOST:$PRIMARY_PORT did not take the checkpoint pg_rewind needs; trying again"
+    return 1
+  fi
   # (a server that crashed is first recovered by pg_rewind itself: with the servers' configuration, wal_log_hints on,
   # not the data directory's default, which pg_rewind would then refuse)
   if run pg_rewind --target-pgdata="$PGDATA" --progress --config-file="$CONF/postgresql.conf" \
@@ -415,7 +422,7 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
     elif ((loops % ${BEHIND_CHECK_LOOPS:-50} == 0)); then
       if fell_behind; then behind_checks=$((behind_checks + 1)); else behind_checks=0; fi
       if ((behind_checks >= ${BEHIND_CHECKS:-3})); then
-        log "the primary no longer has the WAL this replica needs to catch up: stopping (a restart clones it again)"
+        log "the primary no longer has the WAL this replica needs to catch up: stopping (it starts again and clones the primary afresh)"
         touch "$PGDATA.reclone"
         on_stop
       elif compgen -G "$PGDATA.*" >/dev/null &&
@@ -456,14 +463,16 @@ log "the server exited with status $rc"
 if [ "$fencing" = 1 ]; then
   # the mark holds where this server stopped: the promoted replica must have received it (its shutdown checkpoint)
   LC_ALL=C pg_controldata -D "$PGDATA" 2>/dev/null | sed -n 's/^Latest checkpoint location: *//p' >"$FENCED" || : >"$FENCED"
-  # (the operator's fenced.sh, started by exec as the label changed, reads the mark in this container: exec into
-  # one that has exited fails, and then the operator waits for the kubelet to report it)
-  if [ "$termed" = 1 ] && [ "$terminated" = 0 ]; then
-    # (in this container, not a restarted one: the kubelet's back-off would keep the primary down after the Lease
-    # names it again)
+  # (the operator's fenced.sh, started by exec as the label changed, reads it in this container, which goes on)
+fi
+# A server stopped on purpose (its replica label, its term, a fall behind) starts again as its label says in this
+# container, not a restarted one: each restart lengthens the kubelet's back-off (up to 5 minutes) before the next.
+if [ "$stopping" = 1 ] && [ "$terminated" = 0 ]; then
+  if [ "$termed" = 1 ]; then
     log "waiting in this container for the Lease to name this server again"
-    exec /bin/bash "${BASH_SOURCE[0]}" "$@"
+  else
+    log "starting again in this container, as its label says"
   fi
-  run sleep "${FENCED_LINGER_SECONDS:-3}" || true
+  exec /bin/bash "${BASH_SOURCE[0]}" "$@"
 fi
 exit "$rc"
