@@ -937,7 +937,20 @@ def test_a_primary_runs_only_while_its_lease_agent_reads_the_lease_naming_it(nod
     with reading_the_lease(a, "term-0"):
         a.wait_ready()
         assert [w for _, _, w in history()] == ["writable", "stopped", "writable"]
+        # its script held up (here: stopped) does not hold up the term's watchdog
+        init = a.init_pid()
+        assert init is not None
+        os.kill(init, signal.SIGSTOP)
+    last = time.time()
+    try:
+        wait_for("a's server to refuse clients, its script held up", lambda: a.psql("SELECT 1").returncode != 0,
+                 timeout=30, interval=0.1)
+        assert 3 - 1 <= time.time() - last < 3 + 1.5
+    finally:
+        os.kill(init, signal.SIGCONT)
     wait_for("a to stop again", lambda: [w for _, _, w in history()][-1] == "stopped", timeout=30)
+    wait_for("a to wait in its container again",
+             lambda: a.log().count("waiting in this container for the Lease") == 2, timeout=30)
     # a replica labelled primary waits for the Lease to name it before it promotes itself
     b.label("primary")
     with reading_the_lease(b, "term-0"):  # (the Lease naming another: no)

@@ -325,6 +325,30 @@ server=$!
 # (a SIGTERM that came after the last step and before the server's pid was known stops it now)
 [ "$stopping" = 0 ] || kill -INT "$server" 2>/dev/null || true
 
+# The term's watchdog, a process of its own so that nothing this script waits for (a slow query, a stalled disk)
+# delays it: once no read of the Lease sent less than a term ago names this server while it runs as a primary, it
+# stops the server (fast shutdown: no more writes) and tells this script, which then acts as for its replica label.
+on_term_lost() {
+  [ "$stopping" = 0 ] || return 0
+  log "no read of the Lease has named this server for ${LEASE_TERM_SECONDS}s ($(lease_news)): stopping, so that another server can be promoted safely; it starts again once the Lease names it"
+  fencing=1 termed=1
+  on_stop
+}
+if [ -n "${LEASE_TERM_SECONDS:-}" ]; then
+  trap on_term_lost USR1
+  (
+    trap - TERM INT USR1
+    while kill -0 "$server" 2>/dev/null; do
+      if [ ! -f "$PGDATA/standby.signal" ] && ! term_holds; then
+        kill -INT "$server" 2>/dev/null || true
+        kill -USR1 $$ 2>/dev/null || true
+        break
+      fi
+      sleep 0.2
+    done
+  ) </dev/null &
+fi
+
 check_sql() {  # (short timeouts: the loop that follows the label waits for these)
   PGCONNECT_TIMEOUT=3 PGOPTIONS="-c statement_timeout=3000" psql -X -w -A -t -q -U "$POSTGRES_USER" -d postgres "$@" 2>/dev/null
 }
@@ -399,10 +423,6 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
   elif [ "$labelled" = replica ] && [ ! -f "$PGDATA/standby.signal" ]; then
     log "relabelled replica while running as a primary: stopping (it rejoins as a replica of the new primary)"
     fencing=1
-    on_stop
-  elif [ ! -f "$PGDATA/standby.signal" ] && ! term_holds; then
-    log "no read of the Lease has named this server for ${LEASE_TERM_SECONDS}s ($(lease_news)): stopping, so that another server can be promoted safely; it starts again once the Lease names it"
-    fencing=1 termed=1
     on_stop
   elif ((++loops % 5 == 0)); then
     if [ "$labelled" = primary ] && [ -f "$PGDATA/standby.signal" ]; then
