@@ -293,7 +293,7 @@ class Pod:
         log = open(self.root / "container.log", "ab")  # the child writes it; closed here after the fork
         log.write(f"--- start {self.starts}\n".encode())
         log.flush()
-        self.proc = subprocess.Popen(["unshare", "--pid", "--fork", *self.user.argv(self.env(), cmd)],
+        self.proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *self.user.argv(self.env(), cmd)],
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      preexec_fn=_default_signals)
         log.close()

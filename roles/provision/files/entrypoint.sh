@@ -33,7 +33,7 @@ ME=${POD_NAME:-$HOSTNAME}
 
 log() { echo "sampledb: $*" >&2; }
 
-server="" child="" stopping=0 terminated=0
+server="" child="" stopping=0 terminated=0 fencing=0 termed=0
 on_stop() {
   stopping=1
   if [ -n "$server" ]; then
@@ -61,8 +61,8 @@ run() {
 }
 
 . "$(dirname "${BASH_SOURCE[0]}")/role.sh"  # role, annotations, the fence's mark
-# Until this script starts a server, the liveness probe lets it be: it waits, rewinds or clones (after a term stop it
-# starts again in the same container, past the startup probe).
+# Until this script starts a server, the liveness probe lets it be: it waits, rewinds or clones (after a stop on purpose
+# it starts again in the same container, past the startup probe).
 STARTING="$RUN_DIR/sampledb-starting"
 : >"$STARTING" 2>/dev/null || true
 major() { postgres --version | sed -E 's/^[^0-9]*([0-9]+).*$/\1/'; }
@@ -215,14 +215,26 @@ clone() {
 # undone; after a clean switchover there is nothing to undo), else kept aside and cloned.
 rejoin() {
   primary_ready || { wait_note "waiting for the primary at $PRIMARY_HOST:$PRIMARY_PORT to rejoin it"; return 1; }
-  log "this server was a primary and is now a replica: rewinding it to the new primary (pg_rewind)"
   # pg_rewind takes the source's timeline from its control file, which a server promoted moments ago updates only at
-  # its next checkpoint: without one, it rewinds to the old timeline and the replica never starts
-  if ! PGCONNECT_TIMEOUT=10 run psql -X -w -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -U "$POSTGRES_USER" -d postgres \
-      -c CHECKPOINT; then
-    wait_note "the new primary at $PRIMARY_HOST:$PRIMARY_PORT did not take the checkpoint pg_rewind needs; trying again"
+  # its next checkpoint: without one, it rewinds to the old timeline and the replica never starts. And the primary's
+  # Service may still reach a replica about to be promoted: a source in recovery is waited out.
+  if ! PGCONNECT_TIMEOUT=10 PGOPTIONS="-c statement_timeout=0" run timeout 300 psql -X -w -q -v ON_ERROR_STOP=1 \
+      -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -U "$POSTGRES_USER" -d postgres >/dev/null 2>&1 <<'SQL'
+DO $$ BEGIN IF pg_is_in_recovery() THEN RAISE EXCEPTION 'not promoted yet'; END IF; END $$;
+SELECT (SELECT timeline_id FROM pg_control_checkpoint())
+       <> ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int AS stale \gset
+\if :stale
+CHECKPOINT;
+\endif
+DO $$ BEGIN IF (SELECT timeline_id FROM pg_control_checkpoint())
+               <> ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int
+  THEN RAISE EXCEPTION 'its last checkpoint is not on its timeline'; END IF; END $$;
+SQL
+  then
+    wait_note "waiting for the new primary at $PRIMARY_HOST:$PRIMARY_PORT to be promoted and to take the checkpoint pg_rewind needs"
     return 1
   fi
+  log "this server was a primary and is now a replica: rewinding it to the new primary (pg_rewind)"
   # (a server that crashed is first recovered by pg_rewind itself: with the servers' configuration, wal_log_hints on,
   # not the data directory's default, which pg_rewind would then refuse)
   if run pg_rewind --target-pgdata="$PGDATA" --progress --config-file="$CONF/postgresql.conf" \
@@ -325,28 +337,41 @@ server=$!
 # (a SIGTERM that came after the last step and before the server's pid was known stops it now)
 [ "$stopping" = 0 ] || kill -INT "$server" 2>/dev/null || true
 
-# The term's watchdog, a process of its own so that nothing this script waits for (a slow query, a stalled disk)
-# delays it: once no read of the Lease sent less than a term ago names this server while it runs as a primary, it
+# The term's watchdog, a process of its own so that nothing this script waits for (a slow query) delays it: once no read of the Lease sent less than a term ago names this server while it runs as a primary, it
 # stops the server (fast shutdown: no more writes) and tells this script, which then acts as for its replica label.
+# A server that has not stopped FENCE_STOP_SECONDS later (hung) is ended with every other process of the container
+# but this script (kill -1), even when this script is held up too: a primary ends within its term and that.
 on_term_lost() {
   [ "$stopping" = 0 ] || return 0
   log "no read of the Lease has named this server for ${LEASE_TERM_SECONDS}s ($(lease_news)): stopping, so that another server can be promoted safely; it starts again once the Lease names it"
   fencing=1 termed=1
   on_stop
 }
+running() {  # (a server that has exited stays a zombie until this script, perhaps held up, waits for it)
+  local state
+  state=$(sed -E 's/^.*\) (.).*$/\1/' "/proc/$1/stat" 2>/dev/null) && [ -n "$state" ] && [ "$state" != Z ]
+}
+watchdog=""
 if [ -n "${LEASE_TERM_SECONDS:-}" ]; then
   trap on_term_lost USR1
   (
+    set +e  # (a failed step must not end it)
     trap - TERM INT USR1
     while kill -0 "$server" 2>/dev/null; do
-      if [ ! -f "$PGDATA/standby.signal" ] && ! term_holds; then
+      if ! term_holds && [ ! -f "$PGDATA/standby.signal" ]; then
         kill -INT "$server" 2>/dev/null || true
         kill -USR1 $$ 2>/dev/null || true
-        break
+        for ((i = 0; i < ${FENCE_STOP_SECONDS:-10} * 5; i++)); do
+          running "$server" || exit 0
+          sleep 0.2
+        done
+        log "the server did not stop within ${FENCE_STOP_SECONDS:-10}s of the end of its term: ending every process of the container but its first"
+        kill -KILL -1 2>/dev/null || true
       fi
       sleep 0.2
     done
   ) </dev/null &
+  watchdog=$!
 fi
 
 check_sql() {  # (short timeouts: the loop that follows the label waits for these)
@@ -407,10 +432,15 @@ SQL
   if write_runtime; then reload; fi
 }
 conf_sum=$(cat "$CONF/postgresql.conf" "$CONF/pg_hba.conf" 2>/dev/null | md5sum || true)
-loops=0 behind_checks=0 fencing=0 termed=0
+loops=0 behind_checks=0
 
 # Follow the label and the annotations while the server runs.
 while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
+  if [ -n "$watchdog" ] && ! kill -0 "$watchdog" 2>/dev/null && [ ! -f "$PGDATA/standby.signal" ]; then
+    log "the term's watchdog has ended"
+    on_term_lost
+    continue
+  fi
   labelled=$(role)
   if [ "$labelled" = primary ] && [ -f "$PGDATA/standby.signal" ] && term_holds && locked unfence_if_primary; then
     # promoted while a fence is asked for (a major upgrade moving its primary): no client writes before the fence
