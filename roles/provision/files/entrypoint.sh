@@ -358,7 +358,8 @@ if [ -n "${LEASE_TERM_SECONDS:-}" ]; then
     set +e  # (a failed step must not end it)
     trap - TERM INT USR1
     while kill -0 "$server" 2>/dev/null; do
-      if ! term_holds && [ ! -f "$PGDATA/standby.signal" ]; then
+      # (the standby's file first: a replica's term check would read its annotations five times a second)
+      if [ ! -f "$PGDATA/standby.signal" ] && ! term_holds; then
         kill -INT "$server" 2>/dev/null || true
         kill -USR1 $$ 2>/dev/null || true
         for ((i = 0; i < ${FENCE_STOP_SECONDS:-10} * 5; i++)); do
