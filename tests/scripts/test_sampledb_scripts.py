@@ -500,11 +500,11 @@ def test_a_primary_switched_over_and_back_at_once_rejoins_the_new_primary(node) 
     a.start()
     wait_for("a to stream from b", lambda: streaming(b, "twice-0"), timeout=60)
     b.sql("INSERT INTO t SELECT g, repeat('x', 200) FROM generate_series(1, 300000) g")
-    wait_for("a to replay it", lambda: a.sql("SELECT count(*) FROM t") == "300001", timeout=60)
+    wait_for("a to replay it", lambda: a.sql("SELECT count(*) FROM t") == "300001", timeout=180)
 
     switch_over(b, a)  # b, started when a was the primary, rejoins it in its own container
-    b.wait_ready()
-    wait_for("b to stream from a", lambda: streaming(a, "twice-1"), timeout=60)
+    b.wait_ready(timeout=300)
+    wait_for("b to stream from a", lambda: streaming(a, "twice-1"), timeout=120)
     assert "rewound: it follows the new primary" in b.log().split("relabelled replica")[-1], b.log()[-3000:]
     a.sql("INSERT INTO t VALUES (-1, '')")
     wait_for("the row on b", lambda: b.sql("SELECT count(*) FROM t") == "300002", timeout=30)
@@ -945,7 +945,7 @@ def test_a_primary_runs_only_while_its_lease_agent_reads_the_lease_naming_it(nod
     try:
         wait_for("a's server to refuse clients, its script held up", lambda: a.psql("SELECT 1").returncode != 0,
                  timeout=30, interval=0.1)
-        assert 3 - 1 <= time.time() - last < 3 + 1.5
+        assert 3 - 1 <= time.time() - last < 3 + 3  # (as for the stop above: a loaded machine's psql is slow)
     finally:
         os.kill(init, signal.SIGCONT)
     wait_for("a to stop again", lambda: [w for _, _, w in history()][-1] == "stopped", timeout=30)
@@ -962,7 +962,7 @@ def test_a_primary_runs_only_while_its_lease_agent_reads_the_lease_naming_it(nod
     try:
         wait_for("a's server to be ended, its script held up", lambda: _process_state(server) in ("Z", ""),
                  timeout=30, interval=0.1)
-        assert 3 + 2 - 1 <= time.time() - last < 3 + 2 + 1.5
+        assert 3 + 2 - 1 <= time.time() - last < 3 + 2 + 3
     finally:
         os.kill(init, signal.SIGCONT)
     wait_for("a to wait in its container once more",
