@@ -4,11 +4,12 @@ SampleDB created again with the same name, Delete leaves no volume, Secret or ba
 
 from __future__ import annotations
 
+import re
 import time
 
 from tests.kube import Kube, wait_for
 from tests.realnode import NODE_LANE, POSTGRES_IMAGE, ready_database
-from tests.sampledb import BACKUPS, GROUP, PLURAL, VERSION, backup, backup_status, get, gone
+from tests.sampledb import BACKUPS, GROUP, PLURAL, VERSION, backup, backup_status, events, get, gone
 from tests.writes import Writer, table_rows
 
 pytestmark = NODE_LANE
@@ -91,8 +92,9 @@ def test_snapshot_of_a_reused_name_the_final_backup_holds_every_row_acknowledged
 def test_retain_a_sampledb_created_again_with_the_same_name_serves_the_same_rows(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """Retain keeps the volumes; a SampleDB created again with the same name has no Lease (the first one's went with
-    it): its servers are fenced and the one with the most WAL is promoted, here the highest ordinal, which was the
-    primary (never the lowest ordinal by default)."""
+    it): its servers are fenced and the one with the most WAL is promoted (the Recovered Event says each one's),
+    never the lowest ordinal by default: keep-1, which was the primary, unless keep-0 received all it wrote (its
+    replica to the end: a tie, which the lower ordinal takes)."""
     real_sampledb_operator()
     ns = real_namespace
     writer = _written(real, ns, "keep", 10, replicas=2, deletionPolicy="Retain")
@@ -108,7 +110,12 @@ def test_retain_a_sampledb_created_again_with_the_same_name_serves_the_same_rows
     assert {"data-keep-0", "data-keep-1", "keep-backups"} <= set(left["pvcs"]) and "keep-credentials" in left["secrets"]
 
     primary = _database(real, ns, "keep", replicas=2, deletionPolicy="Delete")
-    assert primary == "keep-1", "the server with the most WAL was not the one promoted"
+    recovered = events(real, ns, "Recovered")[-1].message
+    held = {name: (int(timeline), int(hi, 16) << 32 | int(lo, 16)) for name, hi, lo, timeline in
+            re.findall(r"(keep-\d) ([0-9A-F]+)/([0-9A-F]+) \(timeline (\d+)\)", recovered)}
+    assert held.keys() == {"keep-0", "keep-1"}, recovered
+    assert held[primary] == max(held.values()), recovered
+    assert primary == "keep-1" or held["keep-0"] == held["keep-1"], recovered
     missing = sorted(set(writes.acked) - table_rows(real, ns, primary))
     assert not missing, f"{len(missing)} acknowledged rows are not in the database created again: {missing[:20]}"
     assert get(real, ns, "keep")["status"]["readyReplicas"] == 2
