@@ -226,9 +226,6 @@ SELECT (SELECT timeline_id FROM pg_control_checkpoint())
 \if :stale
 CHECKPOINT;
 \endif
-DO $$ BEGIN IF (SELECT timeline_id FROM pg_control_checkpoint())
-               <> ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int
-  THEN RAISE EXCEPTION 'its last checkpoint is not on its timeline'; END IF; END $$;
 SQL
   then
     wait_note "waiting for the new primary at $PRIMARY_HOST:$PRIMARY_PORT to be promoted and to take the checkpoint pg_rewind needs"
@@ -337,8 +334,9 @@ server=$!
 # (a SIGTERM that came after the last step and before the server's pid was known stops it now)
 [ "$stopping" = 0 ] || kill -INT "$server" 2>/dev/null || true
 
-# The term's watchdog, a process of its own so that nothing this script waits for (a slow query) delays it: once no read of the Lease sent less than a term ago names this server while it runs as a primary, it
-# stops the server (fast shutdown: no more writes) and tells this script, which then acts as for its replica label.
+# The term's watchdog, a process of its own so that nothing this script waits for (a slow query) delays it: once no
+# read of the Lease sent less than a term ago names this server while it runs as a primary, it stops the server (fast
+# shutdown: no more writes) and tells this script, which then acts as for its replica label.
 # A server that has not stopped FENCE_STOP_SECONDS later (hung) is ended with every other process of the container
 # but this script (kill -1), even when this script is held up too: a primary ends within its term and that.
 on_term_lost() {
