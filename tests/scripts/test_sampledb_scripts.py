@@ -6,6 +6,7 @@ them (tests/scripts/loopback.py: the rendered command, environment, probes, secu
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import pwd
 import re
@@ -146,6 +147,29 @@ def seed(server: Server, rows: int = 1000) -> None:
 def fingerprint(server: Server) -> tuple[str, str]:
     return (server.sql("SELECT count(*) FROM orders", db="app"),
             server.sql("SELECT md5(string_agg(id || ':' || item, ',' ORDER BY id)) FROM orders", db="app"))
+
+
+def test_role_sh_reads_the_label_and_annotations_as_the_kubelet_wrote_them(tmp_path_factory) -> None:
+    """The downward API's files hold key="value" lines, the value quoted as Go's %q (json.dumps, for ASCII), sorted,
+    with no newline after the last; role.sh gives each value back as the operator set it, '' for one that is not
+    there (a missing file included)."""
+    values = {"synchronous-standby-names": 'ANY 1 ("db-0","db-1")', "fence": 'a \\ and a "quote" and a \\"',
+              "servers": "db-0,db-1", "bootstrap": "", "upgrade-from": "\\\\", "upgrade-rollback": 'x="y"'}
+    podinfo = tmp_path_factory.mktemp("podinfo")
+    (podinfo / "annotations").write_text("\n".join(f"sampledb.example.com/{k}={json.dumps(v)}"
+                                                   for k, v in sorted(values.items())))
+    (podinfo / "labels").write_text('app.kubernetes.io/name="sampledb"\nsampledb.example.com/role="replica"')
+    names = [*values, "not-there"]
+    script = f". {SCRIPTS / 'role.sh'}; " + 'role; for a; do printf "%s\\0" "$(annotation "$a")"; done'
+    out = subprocess.run(["bash", "-c", script, "-", *names], env={"PATH": "/usr/bin:/bin",
+                         "LABELS_FILE": str(podinfo / "labels")}, capture_output=True, text=True, check=True).stdout
+    role, rest = out.split("\n", 1)
+    assert role == "replica"
+    assert dict(zip(names, rest.split("\0"), strict=False)) == {**values, "not-there": ""}
+    gone = subprocess.run(["bash", "-c", f". {SCRIPTS / 'role.sh'}; role; annotation fence"],
+                          env={"PATH": "/usr/bin:/bin", "LABELS_FILE": str(podinfo / "gone" / "labels")},
+                          capture_output=True, text=True, check=True)
+    assert gone.stdout == "\n\n" and not gone.stderr
 
 
 def test_backup_then_restore_into_a_new_server(make_server, tmp_path: Path) -> None:

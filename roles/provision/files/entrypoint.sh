@@ -61,6 +61,10 @@ run() {
 }
 
 . "$(dirname "${BASH_SOURCE[0]}")/role.sh"  # role, annotations, the fence's mark
+# nap SECONDS: a wait that starts no process (the loops below wait five times a second, in every server): a read from a
+# pipe nobody writes to. A trapped signal is handled at once; the nap then ends when it would have.
+exec {NAP_FD}<> <(:)
+nap() { read -r -t "$1" -u "$NAP_FD" _ || true; }
 # Until this script starts a server, the liveness probe lets it be: it waits, rewinds or clones (after a stop on purpose
 # it starts again in the same container, past the startup probe).
 STARTING="$RUN_DIR/sampledb-starting"
@@ -89,7 +93,9 @@ term_holds() {  # (builtins first: it runs five times a second on a primary)
       ((10#${now/./} < 10#${sent/./} + LEASE_TERM_SECONDS * 100)); then
     return 0
   fi
-  [[ "$(annotation servers)" != *,* ]]  # (a single server: no term)
+  local servers
+  read_annotation servers servers
+  [[ "$servers" != *,* ]]  # (a single server: no term)
 }
 lease_news() {  # what the agent last read, and why its last read failed
   local holder="" sent="" error
@@ -133,34 +139,43 @@ pgpass_field() { printf '%s' "$1" | sed 's/[\\:]/\\&/g'; }
 export PGPASSFILE="$RUN_DIR/.pgpass"
 primary_ready() { pg_isready -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -t 3; }
 slot_of() { printf 'sdb_%s' "${1//-/_}"; }
+# The configuration files as they are now (to notice a change each second, with builtins only)
+conf_files() {
+  local __f __part
+  printf -v "$1" ''
+  for __f in "$CONF/postgresql.conf" "$CONF/pg_hba.conf"; do
+    __part=""
+    IFS= read -r -d '' __part 2>/dev/null <"$__f" || true
+    printf -v "$1" '%s%s\1' "${!1}" "$__part"
+  done
+}
 
 # What this server is started with: the ConfigMap's files, and what the annotations add (runtime.conf, the pg_hba.conf
 # in force), both in the run directory.
 fence_swept=""  # the fence whose clients have been disconnected (then the server says so: sampledb.fence)
+# Returns 1 when both were already so (each second: builtins only, and files written only when they change).
 write_runtime() {
-  local sync fence
-  sync=$(annotation synchronous-standby-names)
-  fence=$(annotation fence)
-  {
-    printf "include '%s'\n" "$CONF/postgresql.conf"
-    if [ -n "$sync" ] || [ -n "$(annotation servers)" ]; then printf "synchronous_standby_names = '%s'\n" "${sync//\'/\'\'}"; fi
-    [ -z "$fence_swept" ] || printf "sampledb.fence = '%s'\n" "$fence_swept"
-  } >"$RUN_DIR/runtime.conf.new"
+  local sync fence servers runtime hba="" was_runtime="" was_hba=""
+  read_annotation sync synchronous-standby-names
+  read_annotation fence fence
+  read_annotation servers servers
+  printf -v runtime "include '%s'\n" "$CONF/postgresql.conf"
+  if [ -n "$sync" ] || [ -n "$servers" ]; then printf -v runtime "%ssynchronous_standby_names = '%s'\n" "$runtime" "${sync//\'/\'\'}"; fi
+  [ -z "$fence_swept" ] || printf -v runtime "%ssampledb.fence = '%s'\n" "$runtime" "$fence_swept"
   if [ -z "$fence" ]; then
-    cp "$CONF/pg_hba.conf" "$RUN_DIR/pg_hba.conf.new"
+    IFS= read -r -d '' hba <"$CONF/pg_hba.conf" || [ -n "$hba" ] || [ -f "$CONF/pg_hba.conf" ] || return 1
   else
-    printf '%s\n' "# fenced ($fence): only the superuser and the replicas connect" \
+    printf -v hba '%s\n' "# fenced ($fence): only the superuser and the replicas connect" \
       "local all $POSTGRES_USER scram-sha-256" "host all $POSTGRES_USER all scram-sha-256" \
-      "host replication $REPLICATION_USER all scram-sha-256" "local all all reject" "host all all all reject" \
-      >"$RUN_DIR/pg_hba.conf.new"
+      "host replication $REPLICATION_USER all scram-sha-256" "local all all reject" "host all all all reject"
   fi
-  local changed=1
-  if cmp -s "$RUN_DIR/runtime.conf.new" "$RUN_DIR/runtime.conf" && cmp -s "$RUN_DIR/pg_hba.conf.new" "$RUN_DIR/pg_hba.conf"; then
-    changed=0
-  fi
+  IFS= read -r -d '' was_runtime 2>/dev/null <"$RUN_DIR/runtime.conf" || true
+  IFS= read -r -d '' was_hba 2>/dev/null <"$RUN_DIR/pg_hba.conf" || true
+  [ "$runtime" != "$was_runtime" ] || [ "$hba" != "$was_hba" ] || [ ! -f "$RUN_DIR/runtime.conf" ] || return 1
+  printf '%s' "$runtime" >"$RUN_DIR/runtime.conf.new"
+  printf '%s' "$hba" >"$RUN_DIR/pg_hba.conf.new"
   mv "$RUN_DIR/runtime.conf.new" "$RUN_DIR/runtime.conf"
   mv "$RUN_DIR/pg_hba.conf.new" "$RUN_DIR/pg_hba.conf"
-  return $((1 - changed))
 }
 SERVER_OPTS=(-c "config_file=$RUN_DIR/runtime.conf" -c "hba_file=$RUN_DIR/pg_hba.conf" -c "cluster_name=$ME")
 
@@ -248,7 +263,7 @@ SQL
 # again (every decision is taken anew: the label or the annotations may change meanwhile).
 prepare() {
   local r from
-  r=$(role)
+  read_role r
   [ -n "$r" ] || { wait_note "waiting for the operator's sampledb.example.com/role label"; return 1; }
   if [ -s "$PGDATA/PG_VERSION" ] && [ "$(cat "$PGDATA/PG_VERSION")" != "$(major)" ]; then
     from=$(cat "$PGDATA/PG_VERSION")
@@ -293,7 +308,9 @@ prepare() {
 # Under the lock: the label still says what prepare() saw. A replica starts as a standby (it takes no writes, and the
 # fence's mark says so); a primary's mark goes before its server starts.
 may_start() {
-  [ "$(role)" = "$start_as" ] || return 1
+  local r
+  read_role r
+  [ "$r" = "$start_as" ] || return 1
   if [ "$start_as" = replica ]; then
     [ -f "$PGDATA/standby.signal" ] || return 1
     : >"$FENCED"
@@ -329,7 +346,7 @@ log "starting as $start_as"
 # the new server refuses it when its pid names a live process here, as it may after a restart. None runs here now.
 rm -f "${PGHOST:-/var/run/postgresql}"/.s.PGSQL.*.lock
 rm -f "$STARTING"
-postgres -D "$PGDATA" "${opts[@]}" &
+postgres -D "$PGDATA" "${opts[@]}" {NAP_FD}<&- &
 server=$!
 # (a SIGTERM that came after the last step and before the server's pid was known stops it now)
 [ "$stopping" = 0 ] || kill -INT "$server" 2>/dev/null || true
@@ -362,12 +379,12 @@ if [ -n "${LEASE_TERM_SECONDS:-}" ]; then
         kill -USR1 $$ 2>/dev/null || true
         for ((i = 0; i < ${FENCE_STOP_SECONDS:-10} * 5; i++)); do
           running "$server" || exit 0
-          sleep 0.2
+          nap 0.2
         done
         log "the server did not stop within ${FENCE_STOP_SECONDS:-10}s of the end of its term: ending every process of the container but its first"
         kill -KILL -1 2>/dev/null || true
       fi
-      sleep 0.2
+      nap 0.2
     done
   ) </dev/null &
   watchdog=$!
@@ -391,11 +408,13 @@ SQL
 }
 # On the primary: a replication slot for each other server, none for servers that are gone (or slots that lost their
 # WAL: max_slot_wal_keep_size), so a replica that was down catches up from where it was.
+slots_kept=""  # the servers annotation keep_slots last acted on
 keep_slots() {
   local servers wanted="" s
-  servers=$(annotation servers)
+  read_annotation servers servers
+  slots_kept=$servers
   [ -n "$servers" ] || return 0
-  for s in ${servers//,/ }; do [ "$s" = "$ME" ] || wanted+="${wanted:+,}$(slot_of "$s")"; done
+  for s in ${servers//,/ }; do [ "$s" = "$ME" ] || wanted+="${wanted:+,}sdb_${s//-/_}"; done
   check_sql -v wanted="{$wanted}" >/dev/null <<'SQL' || true
 select pg_drop_replication_slot(slot_name) from pg_replication_slots
  where slot_type = 'physical' and slot_name like 'sdb\_%' and not active
@@ -409,7 +428,7 @@ reload() { pg_ctl -D "$PGDATA" reload >/dev/null 2>&1 || true; }
 # server say so (sampledb.fence, which the Jobs that need the fence wait for).
 follow_annotations() {
   local fence before
-  fence=$(annotation fence)
+  read_annotation fence fence
   if [ -n "$fence" ] && [ "$fence_swept" != "$fence" ]; then
     before=$(check_sql -c "select pg_conf_load_time()") || return 0
     write_runtime || true
@@ -430,7 +449,7 @@ SQL
   fi
   if write_runtime; then reload; fi
 }
-conf_sum=$(cat "$CONF/postgresql.conf" "$CONF/pg_hba.conf" 2>/dev/null | md5sum || true)
+conf_files conf_was
 loops=0 behind_checks=0
 
 # Follow the label and the annotations while the server runs.
@@ -440,10 +459,11 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
     on_term_lost
     continue
   fi
-  labelled=$(role)
+  read_role labelled
   if [ "$labelled" = primary ] && [ -f "$PGDATA/standby.signal" ] && term_holds && locked unfence_if_primary; then
     # promoted while a fence is asked for (a major upgrade moving its primary): no client writes before the fence
-    [ -z "$(annotation fence)" ] || follow_annotations
+    read_annotation fence fence
+    [ -z "$fence" ] || follow_annotations
     log "relabelled primary: promoting"
     history writable
     pg_ctl -D "$PGDATA" -w promote &
@@ -459,15 +479,17 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
     fi
     # (each second: the annotations, the configuration files, the slots; each tenth second, whether a replica fell behind)
     follow_annotations
-    now_sum=$(cat "$CONF/postgresql.conf" "$CONF/pg_hba.conf" 2>/dev/null | md5sum || true)
-    if [ "$now_sum" != "$conf_sum" ]; then
-      conf_sum=$now_sum
+    conf_files conf_now
+    if [ "$conf_now" != "$conf_was" ]; then
+      conf_was=$conf_now
       log "the configuration changed: reloading it"
       write_runtime || true
       reload
     fi
     if [ ! -f "$PGDATA/standby.signal" ]; then
-      keep_slots
+      # (at once when the servers change; else each tenth second, for slots that lost their WAL: a connection costs)
+      read_annotation servers servers
+      if [ "$servers" != "$slots_kept" ] || ((loops % 50 == 0)); then keep_slots; fi
     elif ((loops % ${BEHIND_CHECK_LOOPS:-50} == 0)); then
       if fell_behind; then behind_checks=$((behind_checks + 1)); else behind_checks=0; fi
       if ((behind_checks >= ${BEHIND_CHECKS:-3})); then
@@ -484,8 +506,8 @@ while [ "$stopping" = 0 ] && kill -0 "$server" 2>/dev/null; do
       fi
     fi
   fi
-  # (a change of label is part of a switchover's write downtime: look often, it costs one sed)
-  run sleep 0.2 || true
+  # (a change of label is part of a switchover's write downtime: look often; it costs a read of the label's file)
+  nap 0.2
 done
 # A server told to stop (for its replica label within FENCE_STOP_SECONDS; by SIGTERM within STOP_SECONDS, before the
 # kubelet's SIGKILL) that has not stopped (hung, or frozen) is ended with the container: when PID 1 exits, the kernel
@@ -500,7 +522,7 @@ while [ "$stopping" = 1 ] && kill -0 "$server" 2>/dev/null; do
     history stopped
     exit 137
   fi
-  run sleep 0.2 || true
+  nap 0.2
 done
 rc=0
 while :; do
@@ -511,7 +533,9 @@ history stopped
 log "the server exited with status $rc"
 if [ "$fencing" = 1 ]; then
   # the mark holds where this server stopped: the promoted replica must have received it (its shutdown checkpoint)
-  LC_ALL=C pg_controldata -D "$PGDATA" 2>/dev/null | sed -n 's/^Latest checkpoint location: *//p' >"$FENCED" || : >"$FENCED"
+  # (written beside it and renamed: fenced.sh, polling, must never read it half written)
+  { LC_ALL=C pg_controldata -D "$PGDATA" 2>/dev/null | sed -n 's/^Latest checkpoint location: *//p' || :; } >"$FENCED.new"
+  mv -f "$FENCED.new" "$FENCED"
   # (the operator's fenced.sh, started by exec as the label changed, reads it in this container, which goes on)
 fi
 # A server stopped on purpose (its replica label, its term, a fall behind) starts again as its label says in this
@@ -522,6 +546,7 @@ if [ "$stopping" = 1 ] && [ "$terminated" = 0 ]; then
   else
     log "starting again in this container, as its label says"
   fi
+  exec {NAP_FD}<&-
   exec /bin/bash "${BASH_SOURCE[0]}" "$@"
 fi
 exit "$rc"
