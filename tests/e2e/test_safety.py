@@ -12,6 +12,7 @@ import time
 from tests.kube import Kube, wait_for
 from tests.realnode import (
     DATABASE_LANE,
+    NODE_LANE,
     POSTGRES_IMAGE,
     cut_off_from_the_api_server,
     freeze_postmaster,
@@ -176,6 +177,7 @@ def test_a_lost_lease_and_an_empty_volume_under_the_primary_make_no_empty_or_sec
           f"{writes.longest_gap():.1f} s; {len(writes.acked)} rows acknowledged")
 
 
+@NODE_LANE  # (the other lane's: the two lanes take about as long)
 def test_a_configuration_change_and_a_scale_down_never_take_the_primary_without_a_switchover(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """With the highest ordinal as the primary: a setting that needs a restart rolls the replicas first, then switches
@@ -216,6 +218,7 @@ def test_a_configuration_change_and_a_scale_down_never_take_the_primary_without_
           f"{writes.longest_gap():.1f} s; {len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
 
 
+@NODE_LANE  # (the other lane's: the two lanes take about as long)
 def test_a_restore_into_three_servers_completes_in_either_replication_mode(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """A backup restored into a new three-server database, sync (the default) and async: the restore does not wait
