@@ -30,7 +30,6 @@ from tests.writes import (
     under_writes,
 )
 
-pytestmark = DATABASE_LANE
 SWITCHOVER = "sampledb.example.com/switchover-to"
 
 
@@ -54,6 +53,7 @@ def _server_log(real: Kube, ns: str, pod: str) -> str:
     return real.kubectl("-n", ns, "logs", pod, "-c", "postgres", check=False).stdout
 
 
+@DATABASE_LANE
 def test_a_failover_as_deployed_promotes_the_most_advanced_replica_and_the_old_primary_rejoins_by_rewind(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """Three servers in sync mode. First spec.storage.size is raised on a class that cannot grow volumes (local-path):
@@ -106,6 +106,7 @@ def test_a_failover_as_deployed_promotes_the_most_advanced_replica_and_the_old_p
           f"{writes.longest_gap():.1f} s; {len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
 
 
+@DATABASE_LANE
 def test_a_primary_cut_off_from_the_api_server_stops_within_its_term_and_a_replica_takes_over(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """Three servers in sync mode; the primary pod's traffic to the API server is dropped (its kubelet, its replicas
@@ -143,6 +144,7 @@ def test_a_primary_cut_off_from_the_api_server_stops_within_its_term_and_a_repli
           f"promoted; longest write gap {writes.longest_gap():.1f} s; {len(writes.acked)} rows acknowledged")
 
 
+@DATABASE_LANE
 def test_a_lost_lease_and_an_empty_volume_under_the_primary_make_no_empty_or_second_primary(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """The primary's Lease is deleted while the database takes writes: the one server serving as the primary is
@@ -177,7 +179,7 @@ def test_a_lost_lease_and_an_empty_volume_under_the_primary_make_no_empty_or_sec
           f"{writes.longest_gap():.1f} s; {len(writes.acked)} rows acknowledged")
 
 
-@NODE_LANE  # (the other lane's: the two lanes take about as long)
+@NODE_LANE  # (the other lane's, which would otherwise wait for this one at its end)
 def test_a_configuration_change_and_a_scale_down_never_take_the_primary_without_a_switchover(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """With the highest ordinal as the primary: a setting that needs a restart rolls the replicas first, then switches
@@ -218,7 +220,7 @@ def test_a_configuration_change_and_a_scale_down_never_take_the_primary_without_
           f"{writes.longest_gap():.1f} s; {len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
 
 
-@NODE_LANE  # (the other lane's: the two lanes take about as long)
+@NODE_LANE  # (the other lane's, which would otherwise wait for this one at its end)
 def test_a_restore_into_three_servers_completes_in_either_replication_mode(
         real: Kube, real_namespace: str, real_sampledb_operator) -> None:
     """A backup restored into a new three-server database, sync (the default) and async: the restore does not wait

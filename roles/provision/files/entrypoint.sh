@@ -64,7 +64,7 @@ run() {
 # nap SECONDS: a wait that starts no process (the loops below wait five times a second, in every server): a read from a
 # pipe nobody writes to. A trapped signal is handled at once; the nap then ends when it would have.
 exec {NAP_FD}<> <(:)
-nap() { read -r -t "$1" -u "$NAP_FD" _ || true; }
+nap() { read -r -t "$1" -u "$NAP_FD" _ || (($? > 128)) || sleep "$1"; }  # (a read that fails, not times out, never spins)
 # Until this script starts a server, the liveness probe lets it be: it waits, rewinds or clones (after a stop on purpose
 # it starts again in the same container, past the startup probe).
 STARTING="$RUN_DIR/sampledb-starting"
@@ -412,10 +412,10 @@ slots_kept=""  # the servers annotation keep_slots last acted on
 keep_slots() {
   local servers wanted="" s
   read_annotation servers servers
-  slots_kept=$servers
-  [ -n "$servers" ] || return 0
+  [ -n "$servers" ] || { slots_kept=""; return 0; }
   for s in ${servers//,/ }; do [ "$s" = "$ME" ] || wanted+="${wanted:+,}sdb_${s//-/_}"; done
-  check_sql -v wanted="{$wanted}" >/dev/null <<'SQL' || true
+  # (remembered only once done: a failure is tried again the next second)
+  check_sql -v ON_ERROR_STOP=1 -v wanted="{$wanted}" >/dev/null <<'SQL' && slots_kept=$servers || true
 select pg_drop_replication_slot(slot_name) from pg_replication_slots
  where slot_type = 'physical' and slot_name like 'sdb\_%' and not active
    and (not slot_name = any (:'wanted'::text[]) or wal_status = 'lost');
@@ -423,7 +423,9 @@ select pg_create_physical_replication_slot(s, true) from unnest(:'wanted'::text[
  where not exists (select from pg_replication_slots where slot_name = s);
 SQL
 }
-reload() { pg_ctl -D "$PGDATA" reload >/dev/null 2>&1 || true; }
+reload() {  # (SIGHUP to the server this script started: no process to start, so none that fails to start)
+  kill -HUP "$server" 2>/dev/null || pg_ctl -D "$PGDATA" reload >/dev/null 2>&1 || true
+}
 # The fence follows its annotation: the clients are kept out (pg_hba.conf) and disconnected, and only then does the
 # server say so (sampledb.fence, which the Jobs that need the fence wait for).
 follow_annotations() {

@@ -22,9 +22,11 @@ ANNOTATIONS=${ANNOTATIONS_FILE:-$(dirname "$LABELS")/annotations}
 podinfo() {
   local __line __value=""
   if [ -r "$2" ]; then
-    while IFS= read -r __line || [ -n "$__line" ]; do
-      if [[ "$__line" == "$3=\""*\" ]]; then __value=${__line:${#3}+2:-1}; fi
-    done <"$2"
+    {
+      while IFS= read -r __line || [ -n "$__line" ]; do
+        if [[ "$__line" == "$3=\""*\" ]]; then __value=${__line:${#3}+2:-1}; fi
+      done <"$2"
+    } 2>/dev/null || true  # (a file that cannot be opened reads as empty: never the end of the caller's set -e script)
   fi
   __value=${__value//\\\\/$'\1'}  # (\\ first, so that the \ of \\" is not taken for an escaped quote)
   __value=${__value//\\\"/\"}
