@@ -131,7 +131,7 @@ def test_a_failover_that_cannot_read_the_replicas_positions_promotes_nobody(kube
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample("fc", replicas=3))
     old = wait_phase(kube, namespace, "fc", timeout=120)["status"]["currentPrimary"]
     kube.core.delete_namespaced_pod(old, namespace)
-    blocked = wait_for("the blocked failover", lambda: events(kube, namespace, "FailoverBlocked"), timeout=90)
+    blocked = wait_for("the blocked failover", lambda: events(kube, namespace, "FailoverBlocked"), timeout=180)
     assert "could not be read" in blocked[-1].message and "in sync mode" in blocked[-1].message
     degraded = wait_for("Degraded to say so", lambda: (c := condition(get(kube, namespace, "fc"), "Degraded")).get(
         "reason") == "FailoverBlocked" and c, timeout=30)
@@ -157,7 +157,7 @@ def test_a_switchover_asked_for_by_annotation_stops_the_old_primary_before_promo
     kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "sw",
                                                {"metadata": {"annotations": {SWITCHOVER: wanted}}})
     switching = wait_for("the switchover to begin", lambda: (
-        st := get(kube, namespace, "sw")["status"]).get("phase") == "SwitchingOver" and st, timeout=60)
+        st := get(kube, namespace, "sw")["status"]).get("phase") == "SwitchingOver" and st, timeout=180)
     assert switching["targetPrimary"] == wanted and not switching.get("currentPrimary")
     assert "primary" not in roles(kube, namespace, "sw").values()
     wait_for("the named server to be primary", lambda: (
