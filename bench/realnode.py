@@ -1,6 +1,7 @@
 """`python -m bench.realnode`: figures of the real node (`cluster --name e2e up --real-node`): a warm
 `cluster up` after `down`, one PostgreSQL server pod's start (created → Ready, image already imported),
-deploy/samples' SampleDB created → Ready with three real servers, and the node components' memory.
+deploy/samples' SampleDB created → Ready with three real servers, the CPU its server pods use while nothing happens,
+and the node components' memory.
 Prints a table and writes it to bench/results/<date>-realnode.md; asserts nothing."""
 
 from __future__ import annotations
@@ -28,6 +29,32 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+IDLE_SECONDS = 30
+
+
+def pod_cpu_seconds(uid: str) -> float:
+    """The CPU time a pod's containers have used, from its cgroup (the kubelet's cgroupfs layout; v1 cpuacct or v2)."""
+    for qos in ("", "burstable/", "besteffort/"):
+        v1 = Path(f"/sys/fs/cgroup/cpuacct/kubepods/{qos}pod{uid}/cpuacct.usage")
+        if v1.exists():
+            return int(v1.read_text()) / 1e9
+        v2 = Path(f"/sys/fs/cgroup/kubepods/{qos}pod{uid}/cpu.stat")
+        if v2.exists():
+            return int(v2.read_text().split("usage_usec ", 1)[1].split()[0]) / 1e6
+    raise FileNotFoundError(f"no cgroup found for pod {uid}")
+
+
+def idle_cpu_percent(kube: Kube, ns: str, database: str) -> float:
+    """One server pod's CPU while its database is Ready and nobody uses it, in % of a core (the mean of its servers
+    over IDLE_SECONDS)."""
+    uids = [p.metadata.uid for p in kube.core.list_namespaced_pod(ns, label_selector=(
+        f"app.kubernetes.io/name=sampledb,app.kubernetes.io/instance={database},statefulset.kubernetes.io/pod-name")).items]
+    before, t0 = [pod_cpu_seconds(u) for u in uids], time.monotonic()
+    time.sleep(IDLE_SECONDS)
+    used = sum(pod_cpu_seconds(u) for u in uids) - sum(before)
+    return 100 * used / (time.monotonic() - t0) / len(uids)
 
 
 def server_pod_start(kube: Kube, ns: str, i: int) -> float:
@@ -61,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     watches.write_text(yaml.safe_dump(sampledb_watches()))
     op = ours(kube, ns, watches, "--ansible-roles-path", str(ROOT / "roles"))
     op.start(OURS_READY)
-    ready = []
+    ready, idle = [], []
     try:
         for i in range(args.runs):
             t0 = time.monotonic()
@@ -70,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                      timeout=600, interval=0.2)
             ready.append(time.monotonic() - t0)
             print(f"  db{i}: create → Ready {ready[-1]:.1f} s", flush=True)
+            time.sleep(10)  # (the runs that follow Ready: the operator then looks again each reconcilePeriod)
+            idle.append(idle_cpu_percent(kube, ns, f"db{i}"))
+            print(f"  db{i}: an idle server pod uses {idle[-1]:.2f}% of a core", flush=True)
             kube.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, f"db{i}",
                                                        {"spec": {"deletionPolicy": "Delete"}})
             kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, f"db{i}")
@@ -83,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [["warm `cluster up --real-node` after `down`", f"{warm_up:.1f}", "", ""],
             ["PostgreSQL server pod created → Ready (initdb + start)", *(f"{f(starts):.1f}" for f in (median, min, max))],
             ["deploy/samples SampleDB (3 real servers) created → Ready",
-             *(f"{f(ready):.1f}" for f in (median, min, max))]]
+             *(f"{f(ready):.1f}" for f in (median, min, max))],
+            [f"an idle server pod's CPU over {IDLE_SECONDS} s [% of a core]", *(f"{f(idle):.2f}" for f in (median, min, max))]]
     rows += [[f"RSS of {c} [MB]", f"{mb:.0f}", "", ""] for c, mb in memory.items()]
     write_table("realnode", [f"real node, {args.runs} runs [s]", "median", "min", "max"], rows,
                 role="the SampleDB operator (this repository's watches.yaml) on the local cluster's real node")
