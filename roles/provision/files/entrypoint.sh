@@ -423,8 +423,13 @@ select pg_create_physical_replication_slot(s, true) from unnest(:'wanted'::text[
  where not exists (select from pg_replication_slots where slot_name = s);
 SQL
 }
-reload() {  # (SIGHUP to the server this script started: no process to start, so none that fails to start)
-  kill -HUP "$server" 2>/dev/null || pg_ctl -D "$PGDATA" reload >/dev/null 2>&1 || true
+# SIGHUP to the server this script started, once its postmaster.pid names it (written after its signal handlers are
+# in place: before, SIGHUP would end it); a reload that could not be sent is sent again the next second.
+reload_due=0
+reload() {
+  local pid=""
+  { read -r pid <"$PGDATA/postmaster.pid"; } 2>/dev/null || true
+  if [ -n "$server" ] && [ "$pid" = "$server" ] && kill -HUP "$server" 2>/dev/null; then reload_due=0; else reload_due=1; fi
 }
 # The fence follows its annotation: the clients are kept out (pg_hba.conf) and disconnected, and only then does the
 # server say so (sampledb.fence, which the Jobs that need the fence wait for).
@@ -449,7 +454,7 @@ SQL
     fence_swept=""
     log "the fence is lifted"
   fi
-  if write_runtime; then reload; fi
+  if write_runtime || [ "$reload_due" = 1 ]; then reload; fi
 }
 conf_files conf_was
 loops=0 behind_checks=0
