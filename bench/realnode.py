@@ -47,14 +47,24 @@ def pod_cpu_seconds(uid: str) -> float:
 
 
 def idle_cpu_percent(kube: Kube, ns: str, database: str) -> float:
-    """One server pod's CPU while its database is Ready and nobody uses it, in % of a core (the mean of its servers
-    over IDLE_SECONDS)."""
+    """One server pod's CPU (its containers: the server, its entrypoint, the Lease agent, the probes) while its
+    database is Ready and nobody uses it, in % of a core (the mean of its servers over IDLE_SECONDS)."""
     uids = [p.metadata.uid for p in kube.core.list_namespaced_pod(ns, label_selector=(
         f"app.kubernetes.io/name=sampledb,app.kubernetes.io/instance={database},statefulset.kubernetes.io/pod-name")).items]
-    before, t0 = [pod_cpu_seconds(u) for u in uids], time.monotonic()
+    def cpu() -> dict[str, float]:
+        found = {}
+        for uid in uids:
+            try:
+                found[uid] = pod_cpu_seconds(uid)
+            except FileNotFoundError:  # (a pod replaced meanwhile)
+                pass
+        return found
+
+    before, t0 = cpu(), time.monotonic()
     time.sleep(IDLE_SECONDS)
-    used = sum(pod_cpu_seconds(u) for u in uids) - sum(before)
-    return 100 * used / (time.monotonic() - t0) / len(uids)
+    after, took = cpu(), time.monotonic() - t0
+    both = before.keys() & after.keys()
+    return 100 * sum(after[u] - before[u] for u in both) / took / len(both) if both else float("nan")
 
 
 def server_pod_start(kube: Kube, ns: str, i: int) -> float:

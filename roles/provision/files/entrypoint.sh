@@ -346,6 +346,7 @@ log "starting as $start_as"
 # the new server refuses it when its pid names a live process here, as it may after a restart. None runs here now.
 rm -f "${PGHOST:-/var/run/postgresql}"/.s.PGSQL.*.lock
 rm -f "$STARTING"
+printf -v launched '%(%s)T' -1
 postgres -D "$PGDATA" "${opts[@]}" {NAP_FD}<&- &
 server=$!
 # (a SIGTERM that came after the last step and before the server's pid was known stops it now)
@@ -423,13 +424,19 @@ select pg_create_physical_replication_slot(s, true) from unnest(:'wanted'::text[
  where not exists (select from pg_replication_slots where slot_name = s);
 SQL
 }
-# SIGHUP to the server this script started, once its postmaster.pid names it (written after its signal handlers are
-# in place: before, SIGHUP would end it); a reload that could not be sent is sent again the next second.
+# SIGHUP to the server this script started, once its postmaster.pid names it and its start (written after its signal
+# handlers are in place: before, SIGHUP would end it; a file left by a killed server may name the same pid); a reload
+# that could not be sent is sent again the next second.
 reload_due=0
 reload() {
-  local pid=""
-  { read -r pid <"$PGDATA/postmaster.pid"; } 2>/dev/null || true
-  if [ -n "$server" ] && [ "$pid" = "$server" ] && kill -HUP "$server" 2>/dev/null; then reload_due=0; else reload_due=1; fi
+  local pid="" dir="" started=""
+  { read -r pid; read -r dir; read -r started; } 2>/dev/null <"$PGDATA/postmaster.pid" || true
+  if [ -n "$server" ] && [ "$pid" = "$server" ] && [[ "$started" =~ ^[0-9]+$ ]] && ((started >= launched)) &&
+      kill -HUP "$server" 2>/dev/null; then
+    reload_due=0
+  else
+    reload_due=1
+  fi
 }
 # The fence follows its annotation: the clients are kept out (pg_hba.conf) and disconnected, and only then does the
 # server say so (sampledb.fence, which the Jobs that need the fence wait for).
@@ -440,9 +447,12 @@ follow_annotations() {
     before=$(check_sql -c "select pg_conf_load_time()") || return 0
     write_runtime || true
     reload
-    for ((i = 0; i < 25; i++)); do
+    [ "$reload_due" = 0 ] || return 0
+    # (the clients are ended only once the server has loaded the fenced pg_hba.conf; else again the next second)
+    for ((i = 0; ; i++)); do
       [ "$(check_sql -v before="$before" <<<"select pg_conf_load_time() > :'before'::timestamptz")" = t ] && break
-      sleep 0.2
+      ((i < 25)) || return 0
+      nap 0.2
     done
     check_sql -v su="$POSTGRES_USER" >/dev/null <<'SQL' || return 0
 select count(pg_terminate_backend(pid)) from pg_stat_activity
