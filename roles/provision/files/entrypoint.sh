@@ -163,7 +163,7 @@ write_runtime() {
   if [ -n "$sync" ] || [ -n "$servers" ]; then printf -v runtime "%ssynchronous_standby_names = '%s'\n" "$runtime" "${sync//\'/\'\'}"; fi
   [ -z "$fence_swept" ] || printf -v runtime "%ssampledb.fence = '%s'\n" "$runtime" "$fence_swept"
   if [ -z "$fence" ]; then
-    IFS= read -r -d '' hba <"$CONF/pg_hba.conf" || [ -n "$hba" ] || [ -f "$CONF/pg_hba.conf" ] || return 1
+    IFS= read -r -d '' hba <"$CONF/pg_hba.conf" || [ -f "$CONF/pg_hba.conf" ] || return 1
   else
     printf -v hba '%s\n' "# fenced ($fence): only the superuser and the replicas connect" \
       "local all $POSTGRES_USER scram-sha-256" "host all $POSTGRES_USER all scram-sha-256" \
@@ -171,7 +171,7 @@ write_runtime() {
   fi
   IFS= read -r -d '' was_runtime 2>/dev/null <"$RUN_DIR/runtime.conf" || true
   IFS= read -r -d '' was_hba 2>/dev/null <"$RUN_DIR/pg_hba.conf" || true
-  [ "$runtime" != "$was_runtime" ] || [ "$hba" != "$was_hba" ] || [ ! -f "$RUN_DIR/runtime.conf" ] || return 1
+  [ "$runtime" != "$was_runtime" ] || [ "$hba" != "$was_hba" ] || return 1
   printf '%s' "$runtime" >"$RUN_DIR/runtime.conf.new"
   printf '%s' "$hba" >"$RUN_DIR/pg_hba.conf.new"
   mv "$RUN_DIR/runtime.conf.new" "$RUN_DIR/runtime.conf"
@@ -414,7 +414,7 @@ keep_slots() {
   local servers wanted="" s
   read_annotation servers servers
   [ -n "$servers" ] || { slots_kept=""; return 0; }
-  for s in ${servers//,/ }; do [ "$s" = "$ME" ] || wanted+="${wanted:+,}sdb_${s//-/_}"; done
+  for s in ${servers//,/ }; do [ "$s" = "$ME" ] || wanted+="${wanted:+,}$(slot_of "$s")"; done
   # (remembered only once done: a failure is tried again the next second)
   check_sql -v ON_ERROR_STOP=1 -v wanted="{$wanted}" >/dev/null <<'SQL' && slots_kept=$servers || true
 select pg_drop_replication_slot(slot_name) from pg_replication_slots
