@@ -8,6 +8,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -192,6 +193,39 @@ def print_restarted_containers(kube: Kube, namespace: str, tail: int = 40) -> No
                                                        previous=True, tail_lines=tail))
             except client.ApiException as exc:
                 print(f"(no earlier log: {exc.reason})")
+
+
+def containers_digest(kube: Kube, namespace: str, instance: str | None = None, tail: int = 8) -> str:
+    """For a failed wait's message (the part of a CI log that is always shown): each server container's state,
+    restarts and the end of its log, in a few lines."""
+    selector = f"app.kubernetes.io/instance={instance}" if instance else None
+    out = []
+    try:
+        for pod in kube.core.list_namespaced_pod(namespace, label_selector=selector).items:
+            for status in pod.status.container_statuses or []:
+                ended = status.last_state.terminated if status.last_state else None
+                state = next((k for k in ("running", "waiting", "terminated") if getattr(status.state, k)), "?")
+                out.append(f"[{pod.metadata.name}/{status.name}: {state}, ready={status.ready}, "
+                           f"{status.restart_count} restarts" + (f", last exit {ended.exit_code} at "
+                                                                 f"{ended.finished_at:%H:%M:%S}" if ended else "") + "]")
+                try:
+                    log = kube.core.read_namespaced_pod_log(pod.metadata.name, namespace, container=status.name,
+                                                            tail_lines=tail)
+                except client.ApiException as exc:
+                    log = f"(no log: {exc.reason})"
+                out.extend(f"  {line[:220]}" for line in log.splitlines())
+    except Exception as exc:  # (the digest must never hide the failure it explains)
+        out.append(f"(the containers could not be read: {exc})")
+    return "\n".join(out)
+
+
+@contextmanager
+def explained_by_containers(kube: Kube, namespace: str, instance: str | None = None) -> Iterator[None]:
+    """A wait that fails inside says, in its message, what the servers' containers were doing."""
+    try:
+        yield
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{containers_digest(kube, namespace, instance)}") from None
 
 
 def find_kubectl() -> str:

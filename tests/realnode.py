@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client
 
 from localcluster import images
-from tests.kube import Kube, wait_for
+from tests.kube import Kube, explained_by_containers, wait_for
 from tests.operator import ROOT
 from tests.sampledb import GROUP, PLURAL, RARE_SCHEDULE, VERSION, sample, wait_phase
 
@@ -168,7 +168,8 @@ def ready_database(kube: Kube, namespace: str, name: str, **spec: Any) -> dict:
     Its backup schedule never fires during a run unless ``spec`` gives one."""
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                 sample(name, **{"backup": {"schedule": RARE_SCHEDULE}, **spec}))
-    db = wait_phase(kube, namespace, name, timeout=420)
+    with explained_by_containers(kube, namespace, name):
+        db = wait_phase(kube, namespace, name, timeout=420)
     wait_endpoints(kube, namespace, f"{name}-primary", [db["status"]["currentPrimary"]])
     return db
 

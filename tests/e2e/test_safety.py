@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from tests.kube import Kube, wait_for
+from tests.kube import Kube, explained_by_containers, wait_for
 from tests.realnode import (
     DATABASE_LANE,
     NODE_LANE,
@@ -92,8 +92,9 @@ def test_a_failover_as_deployed_promotes_the_most_advanced_replica_and_the_old_p
     assert failed_over and f"promoted {ahead}" in failed_over[-1].message, [e.message for e in failed_over]
     assert "WAL positions: " in failed_over[-1].message
     writer.wait_for_more(30, timeout=300)
-    wait_for(f"{old} back as a replica", lambda: psql_in_server(
-        real, ns, old, "select pg_is_in_recovery()", check=False) == "t", timeout=300, interval=2)
+    with explained_by_containers(real, ns, "ha"):
+        wait_for(f"{old} back as a replica", lambda: psql_in_server(
+            real, ns, old, "select pg_is_in_recovery()", check=False) == "t", timeout=300, interval=2)
     log = _server_log(real, ns, old)
     assert "rewound: it follows the new primary" in log and "cloning the primary" not in log, log[-3000:]
     writes = writer.stop()

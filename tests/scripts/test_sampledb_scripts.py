@@ -843,6 +843,10 @@ def test_a_primary_that_crashed_rejoins_by_rewind_not_by_a_clone(node) -> None:
     a, b = started_streaming(db, "CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
     sent = time.time()
     a.sql("INSERT INTO t VALUES (2)")
+    # (async: a commit a is killed before it sends is lost with it, and that is not what this test is about)
+    end = a.sql("SELECT pg_current_wal_lsn()")
+    wait_for("b to have received a's last commit",
+             lambda: b.sql(f"SELECT pg_last_wal_receive_lsn() >= '{end}'") == "t", timeout=30)
     init = a.init_pid()
     assert init is not None
     os.kill(init, signal.SIGKILL)  # the kernel ends every process of the container's PID namespace with its init
