@@ -172,9 +172,11 @@ def test_a_switchover_asked_for_by_annotation_stops_the_old_primary_before_promo
     assert events(kube, namespace, "EvictingPrimary")
     lease = kube.coordination.read_namespaced_lease("sw-primary", namespace)
     uid = get(kube, namespace, "sw")["metadata"]["uid"]
-    # the change is no longer recorded: only whose Lease it is
+    # the change is no longer recorded: whose Lease it is, and that the new primary, labelled so while there are
+    # several servers, keeps to its term (so that a failover may promote on that term alone)
+    promoted = kube.core.read_namespaced_pod(wanted, namespace).metadata.uid
     assert lease.spec.holder_identity == wanted and lease.metadata.annotations == {
-        "sampledb.example.com/database-uid": uid}
+        "sampledb.example.com/database-uid": uid, "sampledb.example.com/primary-term": f"{promoted} 15 10"}
 
 
 def test_a_switchover_to_a_server_that_does_not_exist_is_refused(kube: Kube, namespace: str,

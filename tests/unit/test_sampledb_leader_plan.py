@@ -170,6 +170,77 @@ def test_a_stopped_primary_is_deleted_at_once_and_fenced_when_its_pod_is_gone() 
     assert (p["target"], p["changed"]) == ("db-1", True)
 
 
+def termed(p: dict, term: int = 15, stop: int = 10) -> dict:
+    """The pod's server enforces the primary's term (the StatefulSet's env, as the provision role renders it)."""
+    env = [{"name": "LEASE_TERM_SECONDS", "value": str(term)}, {"name": "FENCE_STOP_SECONDS", "value": str(stop)}]
+    return {**p, "spec": {"containers": [{"name": "postgres", "env": env}]}}
+
+
+def test_the_lease_records_the_term_of_a_primary_first_labelled_while_there_are_several_servers() -> None:
+    """Only such a primary is known to stop when no read of the Lease names it: one labelled primary while the
+    database had a single server may not have seen the others' names yet (its kubelet may be the one cut off)."""
+    new = plan([termed(pod("db-0", ready=False, role=None)), termed(pod("db-1", role=None))], {}, initialized=False)
+    assert new["annotations"][leader.PRIMARY_TERM] == "uid-db-0 15 10"
+    kept = plan([termed(primary("db-0")), termed(pod("db-1"))], lease("db-0", **{leader.PRIMARY_TERM: "uid-db-0 15 10"}))
+    assert kept["annotations"][leader.PRIMARY_TERM] == "uid-db-0 15 10"
+    # already labelled primary before the record (an operator upgraded under it, or a Lease adopted): none
+    assert plan([termed(primary("db-0")), termed(pod("db-1"))], lease("db-0"))["annotations"][leader.PRIMARY_TERM] == ""
+    # one server, a pod that enforces no term, a record of an earlier pod of that name: none
+    assert plan([termed(pod("db-0", role=None))], {}, initialized=False)["annotations"][leader.PRIMARY_TERM] == ""
+    assert plan([pod("db-0", role=None), pod("db-1", role=None)], {},
+                initialized=False)["annotations"][leader.PRIMARY_TERM] == ""
+    assert plan([termed(primary("db-0")), termed(pod("db-1"))], lease("db-0", **{
+        leader.PRIMARY_TERM: "uid-earlier 15 10"}))["annotations"][leader.PRIMARY_TERM] == ""
+    # scaled down to one server: the record goes (its server keeps running without the Lease)
+    assert plan([termed(primary("db-0"))], lease("db-0", **{leader.PRIMARY_TERM: "uid-db-0 15 10"}),
+                replicas=1)["annotations"][leader.PRIMARY_TERM] == ""
+
+
+def test_a_primary_that_cannot_be_reached_counts_as_stopped_once_its_term_is_over() -> None:
+    """Its node powered off, its kubelet dead or cut off: no fence's mark can be read and its pod still says Running,
+    deleted or not (its kubelet cannot confirm it). Once the term, the stop time and the margin have passed since the
+    fence's write (and the eviction after the fence timeout has had its chance), the most advanced replica is
+    promoted."""
+    pods = [termed(pod("db-0", ready=False)), termed(pod("db-1")), termed(pod("db-2"))]
+    states = {"db-1": state("0/3000148"), "db-2": state("0/3A00000")}
+    fenced = {**fencing("db-0", "db-1", since="2026-11-24T09:59:50Z")["metadata"]["annotations"],
+              leader.PRIMARY_TERM: "uid-db-0 15 10"}
+    first = plan(pods, lease("", **fenced), states=states)
+    assert (first["target"], first["fencing"]) == ("", "db-0")
+    assert first["annotations"][leader.FENCING_WRITTEN] == NOW and first["annotations"][leader.PRIMARY_TERM] == \
+        "uid-db-0 15 10"
+    assert "its term is over by 10:00:59 at the latest" in first["message"]  # 1 + 15 + 10 + 3 s after NOW
+    # 1 + 15 + 10 + 3 = 29 s after the recorded time: not a second before
+    early = plan(pods, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:02Z"}), states=states)
+    assert early["target"] == "" and not early["changed"]
+    over = plan(pods, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:01Z"}), states=states)
+    assert (over["target"], over["changed"], over["term_over"]) == ("db-2", True, True)
+    assert "db-0 cannot take writes any more (no read of the Lease has named it since 10:00:27: its term is over)" \
+        in over["message"]
+    assert over["annotations"][leader.PRIMARY_TERM] == "uid-db-2 15 10"
+    assert over["annotations"][leader.FENCING_WRITTEN] == ""
+    events = leader.sampledb_leader_events(first, over)
+    assert any(e["reason"] == "FailedOver" and "its term ran out" in e["message"] for e in events), events
+    # a margin of the role's choosing
+    assert plan(pods, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:04Z"}), states=states,
+                term_margin_seconds=0)["target"] == "db-2"
+    # the eviction first: not before the fence timeout (and the margin) since the fence began
+    recent = {**fenced, leader.FENCING_SINCE: "2026-11-24T09:59:58Z", leader.FENCING_WRITTEN: "2026-11-24T09:59:58Z"}
+    p = plan(pods, lease("", **recent), states=states)
+    assert (p["target"], p["evict"]) == ("", "db-0")
+    assert plan(pods, lease("", **recent), states=states, fence_timeout_seconds=29)["target"] == "db-2"
+
+
+@pytest.mark.parametrize("record", ["", "uid-another 15 10", "uid-db-0 x 10"])
+def test_no_term_counts_for_a_pod_not_recorded_as_enforcing_it(record: str) -> None:
+    pods = [termed(pod("db-0", ready=False)), termed(pod("db-1")), termed(pod("db-2"))]
+    # (long since: only the slower proof is left, the pod's deletion after the fence timeout)
+    annotations = {**fencing("db-0", "db-1", since=LONG_AGO)["metadata"]["annotations"], leader.PRIMARY_TERM: record,
+                   leader.FENCING_WRITTEN: "2026-11-24T09:00:00Z"}
+    p = plan(pods, lease("", **annotations), states={"db-1": state("0/9"), "db-2": state("0/9")})
+    assert p["target"] == "" and p["evict"] == "db-0" and "term" not in p["message"]
+
+
 def test_in_sync_mode_the_sole_other_server_is_promoted_without_reading_it() -> None:
     """Two servers in sync mode: every acknowledged commit waited for the one replica, so it has them all."""
     p = plan([primary("db-0", running=False), pod("db-1")], fencing("db-0", "db-1"), fenced="db-0")

@@ -12,7 +12,17 @@ lost Lease) has two steps, recorded in the Lease so that an operator restarted i
 "Known to take no more writes" is read from the pod, never from readiness (an unready primary may still be serving
 its open sessions): the pod is gone or replaced, or its server container is not running, or its fence's mark is there
 (fenced.sh, by exec: entrypoint.sh writes it under a lock once no server of that pod can take writes while the label
-says replica). A primary that does not stop by itself within the fence timeout has its pod deleted.
+says replica). A primary that does not stop by itself within the fence timeout has its pod deleted; should its pod
+not go either (its node lost), its term having run out is the proof of last resort.
+
+The term: each server pod's Lease agent reads the Lease, and a primary runs only while a read sent less than
+LEASE_TERM_SECONDS ago named it (entrypoint.sh; its server is ended FENCE_STOP_SECONDS later if it has not stopped).
+Once the Lease names nobody (the fence's write), every later read says so; so the old primary takes no writes once
+the write's time, its term, its stop time and a margin for clocks have passed, even when nothing can be read from its
+node (powered off, its kubelet dead, cut off). That holds only for a pod that knows it is one of several servers (a
+single server keeps running without the Lease): the Lease records (PRIMARY_TERM) the pod uid, term and stop time of a
+primary that was first labelled primary while the database had several servers, and only for that pod is a term
+taken as proof.
 
 Whom to promote is read from the servers themselves (state.sh, by exec): their database's system identifier,
 timeline and WAL position. A failover promotes the most advanced replica; in sync mode only once every other
@@ -24,7 +34,7 @@ fails closed: nobody is promoted, and the plan says why.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 FENCING = "sampledb.example.com/fencing"
 FENCING_UID = "sampledb.example.com/fencing-uid"
@@ -37,9 +47,13 @@ DATABASE_UID = "sampledb.example.com/database-uid"
 UNREADY_SINCE = "sampledb.example.com/primary-unready-since"
 # async mode: the primary's WAL position as last seen, what a failover measures a replica's lag against
 PRIMARY_LSN = "sampledb.example.com/primary-lsn"
-CHANGE_KEYS = (FENCING, FENCING_UID, FENCING_SINCE, PROMOTE, REASON)
+# a time, in a run that read the Lease with the fence in it, after the fence's write (its upper bound)
+FENCING_WRITTEN = "sampledb.example.com/fencing-written"
+# "<pod uid> <term seconds> <stop seconds>" of the primary, when its pod enforces the term (see above)
+PRIMARY_TERM = "sampledb.example.com/primary-term"
+CHANGE_KEYS = (FENCING, FENCING_UID, FENCING_SINCE, FENCING_WRITTEN, PROMOTE, REASON)
 # what the plan writes on every run (PRIMARY_LSN is written separately, when it moved enough)
-PLANNED_KEYS = (*CHANGE_KEYS, DATABASE_UID, UNREADY_SINCE)
+PLANNED_KEYS = (*CHANGE_KEYS, DATABASE_UID, UNREADY_SINCE, PRIMARY_TERM)
 SERVER_CONTAINER = "postgres"
 ROLE_LABEL = "sampledb.example.com/role"
 # the servers' instructions (role.sh reads them from its pod's annotations)
@@ -67,6 +81,36 @@ def _server_status(pod: dict) -> dict | None:
 
 def _labelled(pod: dict) -> str:
     return ((pod.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL, "")
+
+
+def _term_of(pod: dict) -> tuple[int, int] | None:
+    """(term, stop) seconds the pod's server enforces (its LEASE_TERM_SECONDS and FENCE_STOP_SECONDS), or None."""
+    container = next((c for c in ((pod.get("spec") or {}).get("containers") or [])
+                      if c.get("name") == SERVER_CONTAINER), None)
+    env = {e.get("name"): e.get("value") for e in (container or {}).get("env") or []}
+    term, stop = str(env.get("LEASE_TERM_SECONDS") or ""), str(env.get("FENCE_STOP_SECONDS") or "10")
+    if not (term.isdigit() and stop.isdigit() and int(term) > 0):
+        return None
+    return int(term), int(stop)
+
+
+def _term_record(plan: dict, by_name: dict, recorded: str, replicas: int) -> str:
+    """PRIMARY_TERM after this run: set for a primary being labelled so while the database has several servers (its
+    server reads that from the same update of its pod as its label), kept while it stays the primary (or is being
+    fenced) and the database has several servers, else ''. A pod already labelled primary gets none: it may have
+    started when the database had one server, and not know better (its kubelet may be the one that is cut off)."""
+    if replicas <= 1:
+        return ""
+    if plan.get("fencing"):
+        return recorded
+    pod = by_name.get(plan.get("holder") or "")
+    if pod is None:
+        return ""
+    uid = pod["metadata"].get("uid") or ""
+    if recorded.split()[:1] == [uid]:
+        return recorded
+    term = _term_of(pod)
+    return f"{uid} {term[0]} {term[1]}" if uid and term and _labelled(pod) != "primary" else ""
 
 
 def sampledb_fenced(pods: list[dict], name: str, uid: str, since: str = "") -> bool:
@@ -114,11 +158,11 @@ def _progress(state: dict) -> tuple[int, int]:
     return (int(state.get("timeline") or 0), sampledb_lsn(state.get("lsn")) or -1)
 
 
-def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, switchover_to="",
+def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, switchover_to="",
                          switchover_reason="upgrade", requested="", database="", hold=False,
                          fence_timeout_seconds=30, positions=None, max_lag=None, fenced="", uid="",
                          initialized=False, states=None, quorum=0, replicas=None, identity="",
-                         switchover_max_lag=16 * 1024 * 1024, fenced_lsn=""):
+                         switchover_max_lag=16 * 1024 * 1024, fenced_lsn="", term_margin_seconds=3):
     """What the leader role does in this run.
 
     ``pods`` are the database's server pods, ``lease`` its primary Lease ({} when there is none), ``ready`` the
@@ -133,6 +177,7 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
     ``quorum`` (sync mode: the synchronous standbys a commit waits for, 0 in async mode) and ``max_lag`` (async mode:
     bytes, None in sync mode) decide who may be promoted. ``fenced`` names a pod whose fence's mark was read
     (fenced.sh), ``fenced_lsn`` where its server stopped. ``replicas``: how many servers the database has.
+    ``term_margin_seconds`` is added to a fenced primary's term before it counts as stopped (clocks, scheduling).
     (``unready_since`` and ``positions`` are the older callers' and unused: the Lease and ``states`` have them.)
 
     Returns a dict:
@@ -154,6 +199,7 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
       demote       every server to label replica in this run
       bootstrap    the server told to initialise a new database ('' when none)
       adopted      the Lease was rebuilt from the one server labelled and serving as the primary
+      term_over    the promotion in this run was proven safe by the old primary's term alone
     """
     del unready_since, positions
     pods = sorted(pods or [], key=lambda p: _ordinal(p["metadata"]["name"]))
@@ -176,7 +222,7 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
         unready = ""
     else:
         unready = annotations.get(UNREADY_SINCE) or now
-    keep = {DATABASE_UID: uid or lease_uid, UNREADY_SINCE: unready}
+    keep = {DATABASE_UID: uid or lease_uid, UNREADY_SINCE: unready, PRIMARY_TERM: annotations.get(PRIMARY_TERM, "")}
     no_change = {**{k: "" for k in CHANGE_KEYS}, **keep}
     refused = ("" if not requested or requested in ready
                else f"{requested} is not a server of {database} (its servers: {', '.join(names)})"
@@ -184,7 +230,7 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
     plan = {"target": holder, "current": holder, "fencing": "", "annotations": no_change, "holder": holder,
             "changed": False, "began": False, "promote": "", "reason": "", "evict": "", "message": "",
             "refused": refused, "positions": "", "blocked": "", "read_states": [], "demote": [], "bootstrap": "",
-            "adopted": False}
+            "adopted": False, "term_over": False}
     if foreign:
         plan["message"] = f"the Lease {database}-primary was an earlier database's; it is replaced"
 
@@ -244,28 +290,52 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
             return "", f"the most advanced server, {best}, is not Ready"
         return best, ""
 
+    def term_ends(old: str, pod_uid: str, written: str) -> datetime | None:
+        """When the fenced primary's term has certainly run out (None when its pod enforces none we know of, or the
+        fence is not written yet): a read of the Lease naming it was sent before the fence's write, so its server
+        stops taking writes a term after that write, and is ended a stop time later if it has not stopped."""
+        record = (annotations.get(PRIMARY_TERM) or "").split()
+        if (replicas <= 1 or len(record) != 3 or record[0] != pod_uid or not all(f.isdigit() for f in record[1:])
+                or _time(written) is None or old not in by_name):
+            return None
+        # (times here are to the second, cut short: the write came before the second after the one written)
+        return _time(written) + timedelta(seconds=1 + int(record[1]) + int(record[2]) + int(term_margin_seconds))
+
     def fence(old: str, new: str, reason: str, since: str, pod_uid: str, stopped: bool = False) -> dict:
-        proven = stopped or (old not in by_name) or sampledb_fenced(pods, old, pod_uid)
+        # (this run read the fence from the Lease: it was written before now)
+        written = (annotations.get(FENCING_WRITTEN) or now) if fencing == old else ""
+        term_end = term_ends(old, pod_uid, written)
+        waited = (_time(now) - _time(since)).total_seconds() if _time(since) else 0
+        # (the proof of last resort: after the fence timeout's eviction has had its chance, for a pod that cannot go
+        # because its node is lost)
+        term_over = (term_end is not None and _time(now) >= term_end
+                     and waited >= int(fence_timeout_seconds) + int(term_margin_seconds))
+        proven = stopped or (old not in by_name) or sampledb_fenced(pods, old, pod_uid) or term_over
+        how = ("cannot take writes any more (no read of the Lease has named it since "
+               f"{term_end - timedelta(seconds=int(term_margin_seconds)):%H:%M:%S}: its term is over)"
+               if term_over and not (stopped or old not in by_name or sampledb_fenced(pods, old, pod_uid))
+               else "has stopped")
         fenced_plan = {**plan, "target": "", "current": old, "holder": "", "fencing": old, "promote": new,
                        "reason": reason, "demote": names,
                        "annotations": {**keep, UNREADY_SINCE: "", FENCING: old, FENCING_UID: pod_uid,
-                                       FENCING_SINCE: since, PROMOTE: new, REASON: reason}}
+                                       FENCING_SINCE: since, FENCING_WRITTEN: written, PROMOTE: new, REASON: reason}}
         if proven:
             chosen, why = choose(old, new)
             if chosen:
                 used = known(with_data(others_than(old))) if states else ""
                 return {**plan, "target": chosen, "current": old, "holder": chosen, "changed": True, "reason": reason,
-                        "positions": used, "demote": others_than(chosen),
+                        "positions": used, "demote": others_than(chosen), "term_over": how != "has stopped",
                         "annotations": {**no_change, UNREADY_SINCE: ""},
-                        "message": f"{old} has stopped; promoted {chosen}" + (f" ({used})" if used else "")}
+                        "message": f"{old} {how}; promoted {chosen}" + (f" ({used})" if used else "")}
             if not why:
                 return {**fenced_plan, "read_states": others_than(old),
-                        "message": f"{old} has stopped; reading the other servers' WAL positions"}
-            return {**fenced_plan, "blocked": why, "message": f"{old} has stopped; nobody is promoted: {why}"}
-        waited = (_time(now) - _time(since)).total_seconds() if _time(since) else 0
+                        "message": f"{old} {how}; reading the other servers' WAL positions"}
+            return {**fenced_plan, "blocked": why, "message": f"{old} {how}; nobody is promoted: {why}"}
         down = sampledb_container_stopped(pods, old)
         evict = old if old in by_name and (down or waited >= fence_timeout_seconds) else ""
         message = (f"waiting for {old} to stop taking writes before promoting {new or 'a replica'}"
+                   + (f" (its term is over by {term_end:%H:%M:%S} at the latest; should its pod not go, that is "
+                      "proof enough)" if term_end else "")
                    + ("; its server is not running, so its pod is deleted (restarted, it could start with its "
                       "old label)" if down and evict
                       else f"; it did not stop within {fence_timeout_seconds}s, so its pod is deleted" if evict
@@ -358,6 +428,18 @@ def sampledb_leader_plan(pods, lease, now, ready, unready_since=None, grace_seco
             return {**plan, "message": blocked, "blocked": blocked}
         return begin(best, "failover")
     return begin(candidates[0], "failover")
+
+
+def sampledb_leader_plan(pods, lease, now, ready, *args, **kwargs) -> dict:
+    """What the leader role does in this run (_leader_plan), with the primary's term recorded as it should be after
+    it (_term_record)."""
+    plan = _leader_plan(pods, lease, now, ready, *args, **kwargs)
+    replicas = kwargs.get("replicas")
+    replicas = len(pods or []) if replicas in (None, "") else int(replicas)
+    by_name = {p["metadata"]["name"]: p for p in pods or []}
+    annotations = plan["annotations"]
+    return {**plan, "annotations": {**annotations, PRIMARY_TERM: _term_record(
+        plan, by_name, annotations.get(PRIMARY_TERM) or "", replicas)}}
 
 
 def recover(plan, names, by_name, now, annotations, keep, states, identity, first) -> dict:
@@ -554,7 +636,8 @@ def sampledb_leader_events(first: dict, plan: dict, grace_seconds=10, switchover
             events.append(("SwitchedOver", "Normal",
                            f"switched the primary from {plan.get('current')} to {plan.get('target')}{upgrade}"))
         else:
-            events.append(("FailedOver", "Warning", f"primary {plan.get('current')} failed and was stopped; promoted "
+            stopped = "its term ran out (it can take no writes)" if plan.get("term_over") else "was stopped"
+            events.append(("FailedOver", "Warning", f"primary {plan.get('current')} failed and {stopped}; promoted "
                            f"{plan.get('target')}" + (f" ({plan['positions']})" if plan.get("positions") else "")))
     if plan.get("adopted"):
         events.append(("PrimaryRecorded", "Normal", plan.get("message", "")))
