@@ -108,7 +108,7 @@ def test_the_server_pod(rendered) -> None:
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert mounts["data"] == "/var/lib/postgresql/data" and mounts["run"] == "/var/run/postgresql"
-    assert "emptyDir" in volumes["run"] and volumes["shm"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["run"]["emptyDir"]["medium"] == "Memory" and volumes["shm"]["emptyDir"]["medium"] == "Memory"
     # a slow initdb or clone is not killed; only a server that does not answer at all is restarted
     startup, ready, alive = container["startupProbe"], container["readinessProbe"], container["livenessProbe"]
     assert startup["exec"] == ready["exec"] and "-h 127.0.0.1" in ready["exec"]["command"][-1]

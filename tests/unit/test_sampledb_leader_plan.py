@@ -201,7 +201,8 @@ def test_a_primary_that_cannot_be_reached_counts_as_stopped_once_its_term_is_ove
     deleted or not (its kubelet cannot confirm it). Once the term, the stop time and the margin have passed since the
     fence's write (and the eviction after the fence timeout has had its chance), the most advanced replica is
     promoted."""
-    pods = [termed(pod("db-0", ready=False)), termed(pod("db-1")), termed(pod("db-2"))]
+    # (deleted after the fence timeout, its grace period over: the pod is still there)
+    pods = [termed(pod("db-0", ready=False, deleting=True)), termed(pod("db-1")), termed(pod("db-2"))]
     states = {"db-1": state("0/3000148"), "db-2": state("0/3A00000")}
     fenced = {**fencing("db-0", "db-1", since="2026-11-24T09:59:50Z")["metadata"]["annotations"],
               leader.PRIMARY_TERM: "uid-db-0 15 10"}
@@ -209,14 +210,14 @@ def test_a_primary_that_cannot_be_reached_counts_as_stopped_once_its_term_is_ove
     assert (first["target"], first["fencing"]) == ("", "db-0")
     assert first["annotations"][leader.FENCING_WRITTEN] == NOW and first["annotations"][leader.PRIMARY_TERM] == \
         "uid-db-0 15 10"
-    assert "its term is over by 10:00:59 at the latest" in first["message"]  # 1 + 15 + 10 + 3 s after NOW
+    assert "its term is over by 10:00:59: should its pod, once deleted, not go" in first["message"]  # NOW + 1+15+10+3
     # 1 + 15 + 10 + 3 = 29 s after the recorded time: not a second before
     early = plan(pods, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:02Z"}), states=states)
     assert early["target"] == "" and not early["changed"]
     over = plan(pods, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:01Z"}), states=states)
     assert (over["target"], over["changed"], over["term_over"]) == ("db-2", True, True)
-    assert "db-0 cannot take writes any more (no read of the Lease has named it since 10:00:27: its term is over)" \
-        in over["message"]
+    assert ("db-0 cannot take writes any more (the Lease has named nobody since 10:00:01, and its term is over; its "
+            "pod could not be deleted)") in over["message"]
     assert over["annotations"][leader.PRIMARY_TERM] == "uid-db-2 15 10"
     assert over["annotations"][leader.FENCING_WRITTEN] == ""
     events = leader.sampledb_leader_events(first, over)
@@ -224,11 +225,16 @@ def test_a_primary_that_cannot_be_reached_counts_as_stopped_once_its_term_is_ove
     # a margin of the role's choosing
     assert plan(pods, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:04Z"}), states=states,
                 term_margin_seconds=0)["target"] == "db-2"
-    # the eviction first: not before the fence timeout (and the margin) since the fence began
-    recent = {**fenced, leader.FENCING_SINCE: "2026-11-24T09:59:58Z", leader.FENCING_WRITTEN: "2026-11-24T09:59:58Z"}
-    p = plan(pods, lease("", **recent), states=states)
+    # the eviction first: a pod not deleted yet is deleted (the kubelet's word is the better proof), and one whose
+    # deletion's grace period is not over yet is waited for
+    alive = [termed(pod("db-0", ready=False)), *pods[1:]]
+    p = plan(alive, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:01Z"}), states=states)
     assert (p["target"], p["evict"]) == ("", "db-0")
-    assert plan(pods, lease("", **recent), states=states, fence_timeout_seconds=29)["target"] == "db-2"
+    going = termed(pod("db-0", ready=False, deleting=True))
+    going["metadata"]["deletionTimestamp"] = "2026-11-24T10:00:31Z"
+    p = plan([going, *pods[1:]], lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:01Z"}),
+             states=states)
+    assert p["target"] == "" and not p["changed"]
 
 
 @pytest.mark.parametrize("record", ["", "uid-another 15 10", "uid-db-0 x 10"])

@@ -306,13 +306,14 @@ def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, 
         written = (annotations.get(FENCING_WRITTEN) or now) if fencing == old else ""
         term_end = term_ends(old, pod_uid, written)
         waited = (_time(now) - _time(since)).total_seconds() if _time(since) else 0
-        # (the proof of last resort: after the fence timeout's eviction has had its chance, for a pod that cannot go
-        # because its node is lost)
+        # (the proof of last resort: once its pod's deletion, asked for after the fence timeout, has had its grace
+        # period and the pod is still there: its kubelet cannot confirm it, its node is lost)
+        deleting = _time(((by_name.get(old) or {}).get("metadata") or {}).get("deletionTimestamp"))
         term_over = (term_end is not None and _time(now) >= term_end
-                     and waited >= int(fence_timeout_seconds) + int(term_margin_seconds))
+                     and deleting is not None and _time(now) >= deleting)
         proven = stopped or (old not in by_name) or sampledb_fenced(pods, old, pod_uid) or term_over
-        how = ("cannot take writes any more (no read of the Lease has named it since "
-               f"{term_end - timedelta(seconds=int(term_margin_seconds)):%H:%M:%S}: its term is over)"
+        how = (f"cannot take writes any more (the Lease has named nobody since {written[11:19]}, and its term is over; "
+               "its pod could not be deleted)"
                if term_over and not (stopped or old not in by_name or sampledb_fenced(pods, old, pod_uid))
                else "has stopped")
         fenced_plan = {**plan, "target": "", "current": old, "holder": "", "fencing": old, "promote": new,
@@ -334,7 +335,7 @@ def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, 
         down = sampledb_container_stopped(pods, old)
         evict = old if old in by_name and (down or waited >= fence_timeout_seconds) else ""
         message = (f"waiting for {old} to stop taking writes before promoting {new or 'a replica'}"
-                   + (f" (its term is over by {term_end:%H:%M:%S} at the latest; should its pod not go, that is "
+                   + (f" (its term is over by {term_end:%H:%M:%S}: should its pod, once deleted, not go, that is "
                       "proof enough)" if term_end else "")
                    + ("; its server is not running, so its pod is deleted (restarted, it could start with its "
                       "old label)" if down and evict

@@ -364,8 +364,10 @@ on_term_lost() {
   on_stop
 }
 running() {  # (a server that has exited stays a zombie until this script, perhaps held up, waits for it)
-  local state
-  state=$(sed -E 's/^.*\) (.).*$/\1/' "/proc/$1/stat" 2>/dev/null) && [ -n "$state" ] && [ "$state" != Z ]
+  local stat=""  # (builtins: the watchdog's deadline must not wait for a process to start)
+  { IFS= read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+  stat=${stat##*) }  # (the state follows the command's name, which may hold ") " itself)
+  [ -n "$stat" ] && [ "${stat:0:1}" != Z ]
 }
 watchdog=""
 if [ -n "${LEASE_TERM_SECONDS:-}" ]; then
