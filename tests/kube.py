@@ -202,6 +202,10 @@ def containers_digest(kube: Kube, namespace: str, instance: str | None = None, t
     out = []
     try:
         for pod in kube.core.list_namespaced_pod(namespace, label_selector=selector).items:
+            if not pod.status.container_statuses:  # (not started: unscheduled, say, and why)
+                why = "; ".join(f"{c.type}={c.status} {c.reason or ''} {c.message or ''}".strip()
+                                for c in pod.status.conditions or [] if c.status != "True")
+                out.append(f"[{pod.metadata.name}: {pod.status.phase}{', ' + why if why else ''}]")
             for status in pod.status.container_statuses or []:
                 ended = status.last_state.terminated if status.last_state else None
                 state = next((k for k in ("running", "waiting", "terminated") if getattr(status.state, k)), "?")

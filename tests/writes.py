@@ -196,7 +196,13 @@ def server_history(kube: Kube, namespace: str, servers: list[str]) -> dict[str, 
     """Each server's own record of when it could take writes: [(epoch, writable|stopped|rewound)] from its volume."""
     out: dict[str, list[tuple[float, str]]] = {}
     for pod in servers:
-        proc = kube.kubectl("-n", namespace, "exec", pod, "-c", "postgres", "--", "cat", HISTORY, check=False)
+        # (a container that is restarting, as a server that did not stop in time is, cannot be exec'd for a moment)
+        deadline = time.monotonic() + 60
+        while True:
+            proc = kube.kubectl("-n", namespace, "exec", pod, "-c", "postgres", "--", "cat", HISTORY, check=False)
+            if proc.returncode == 0 or "No such file" in proc.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         assert proc.returncode == 0 or "No such file" in proc.stderr, f"no history of {pod}: {proc.stderr}"
         entries = []
         for line in proc.stdout.splitlines():
