@@ -217,7 +217,7 @@ def test_a_primary_that_cannot_be_reached_counts_as_stopped_once_its_term_is_ove
     over = plan(pods, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:01Z"}), states=states)
     assert (over["target"], over["changed"], over["term_over"]) == ("db-2", True, True)
     assert ("db-0 cannot take writes any more (the Lease has named nobody since 10:00:01, and its term is over; its "
-            "pod could not be deleted)") in over["message"]
+            "pod, deleted, has not gone)") in over["message"]
     assert over["annotations"][leader.PRIMARY_TERM] == "uid-db-2 15 10"
     assert over["annotations"][leader.FENCING_WRITTEN] == ""
     events = leader.sampledb_leader_events(first, over)

@@ -313,7 +313,7 @@ def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, 
                      and deleting is not None and _time(now) >= deleting)
         proven = stopped or (old not in by_name) or sampledb_fenced(pods, old, pod_uid) or term_over
         how = (f"cannot take writes any more (the Lease has named nobody since {written[11:19]}, and its term is over; "
-               "its pod could not be deleted)"
+               "its pod, deleted, has not gone)"
                if term_over and not (stopped or old not in by_name or sampledb_fenced(pods, old, pod_uid))
                else "has stopped")
         fenced_plan = {**plan, "target": "", "current": old, "holder": "", "fencing": old, "promote": new,

@@ -390,8 +390,8 @@ if [ -n "${LEASE_TERM_SECONDS:-}" ]; then
           ((10#${now/./} < until_kill)) || break
           nap 0.2
         done
-        log "the server did not stop within ${FENCE_STOP_SECONDS:-10}s of the end of its term: ending every process of the container but its first"
-        kill -KILL -1 2>/dev/null || true
+        kill -KILL -1 2>/dev/null || true  # (first: a log write may wait on a stalled pipe)
+        log "the server did not stop within ${FENCE_STOP_SECONDS:-10}s of the end of its term: every process of the container but its first was ended"
       fi
       nap 0.2
     done
