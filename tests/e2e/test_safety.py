@@ -50,7 +50,10 @@ def _switch_over(real: Kube, ns: str, name: str, to: str) -> None:
 
 
 def _server_log(real: Kube, ns: str, pod: str) -> str:
-    return real.kubectl("-n", ns, "logs", pod, "-c", "postgres", check=False).stdout
+    """The server container's log, its previous container's first (a server that did not stop in time ended it)."""
+    previous = real.kubectl("-n", ns, "logs", pod, "-c", "postgres", "--previous", check=False)
+    return (previous.stdout if previous.returncode == 0 else "") + real.kubectl(
+        "-n", ns, "logs", pod, "-c", "postgres", check=False).stdout
 
 
 @DATABASE_LANE

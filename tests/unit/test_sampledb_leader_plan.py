@@ -222,6 +222,10 @@ def test_a_primary_that_cannot_be_reached_counts_as_stopped_once_its_term_is_ove
     assert over["annotations"][leader.FENCING_WRITTEN] == ""
     events = leader.sampledb_leader_events(first, over)
     assert any(e["reason"] == "FailedOver" and "its term ran out" in e["message"] for e in events), events
+    # the eviction asked for after the run's wait (not by its first step) is told too
+    began = {"began": True, "reason": "failover", "current": "db-0", "promote": "db-1", "evict": ""}
+    evicting = leader.sampledb_leader_events(began, first)
+    assert [e["reason"] for e in evicting] == ["FailingOver", "EvictingPrimary"], evicting
     # a margin of the role's choosing
     assert plan(pods, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:04Z"}), states=states,
                 term_margin_seconds=0)["target"] == "db-2"

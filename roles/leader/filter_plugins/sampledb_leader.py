@@ -628,8 +628,10 @@ def sampledb_leader_events(first: dict, plan: dict, grace_seconds=10, switchover
         else:
             events.append(("FailingOver", "Warning", f"primary {first.get('current')} was not Ready for "
                            f"{grace_seconds}s or more: it is stopped before another server is promoted"))
-    if first.get("evict"):
-        events.append(("EvictingPrimary", "Warning", first.get("message", "")))
+    # (the run's first step, or its last when the wait for the old primary showed that its pod must go)
+    evicting = first if first.get("evict") else plan if plan.get("evict") else None
+    if evicting:
+        events.append(("EvictingPrimary", "Warning", evicting.get("message", "")))
     if plan.get("changed"):
         if plan.get("reason") == RECOVERY:
             events.append(("Recovered", "Warning", plan.get("message", "")))
