@@ -18,6 +18,7 @@ the truth of what each server acknowledged at both ends, and ``history_overlaps`
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from dataclasses import dataclass
 from itertools import pairwise
@@ -196,14 +197,13 @@ def server_history(kube: Kube, namespace: str, servers: list[str]) -> dict[str, 
     """Each server's own record of when it could take writes: [(epoch, writable|stopped|rewound)] from its volume."""
     out: dict[str, list[tuple[float, str]]] = {}
     for pod in servers:
-        # (a container that is restarting, as a server that did not stop in time is, cannot be exec'd for a moment)
-        deadline = time.monotonic() + 60
-        while True:
+        def read(pod: str = pod) -> subprocess.CompletedProcess:
             proc = kube.kubectl("-n", namespace, "exec", pod, "-c", "postgres", "--", "cat", HISTORY, check=False)
-            if proc.returncode == 0 or "No such file" in proc.stderr or time.monotonic() > deadline:
-                break
-            time.sleep(1)
-        assert proc.returncode == 0 or "No such file" in proc.stderr, f"no history of {pod}: {proc.stderr}"
+            if proc.returncode != 0 and "No such file" not in proc.stderr:
+                # (not an AssertionError: wait_for tries again, as a restarting container cannot be exec'd a moment)
+                raise RuntimeError(f"no history of {pod}: {proc.stderr.strip()}")
+            return proc
+        proc = wait_for(f"the history of {pod}", read, timeout=60, interval=1)
         entries = []
         for line in proc.stdout.splitlines():
             parts = line.split()

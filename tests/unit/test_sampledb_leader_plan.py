@@ -241,6 +241,14 @@ def test_a_primary_that_cannot_be_reached_counts_as_stopped_once_its_term_is_ove
     assert p["target"] == "" and not p["changed"]
 
 
+def test_the_fences_write_is_timed_once_after_it() -> None:
+    began = plan([primary("db-0", ready=False), pod("db-1"), pod("db-2")], unready_since("db-0"))
+    assert leader.sampledb_fence_written(began, NOW) == {leader.FENCING_WRITTEN: NOW}
+    timed = {**began, "annotations": {**began["annotations"], leader.FENCING_WRITTEN: LONG_AGO}}
+    assert leader.sampledb_fence_written(timed, NOW) == {}
+    assert leader.sampledb_fence_written(plan([primary("db-0"), pod("db-1")], lease("db-0")), NOW) == {}
+
+
 @pytest.mark.parametrize("record", ["", "uid-another 15 10", "uid-db-0 x 10"])
 def test_no_term_counts_for_a_pod_not_recorded_as_enforcing_it(record: str) -> None:
     pods = [termed(pod("db-0", ready=False)), termed(pod("db-1")), termed(pod("db-2"))]

@@ -296,7 +296,7 @@ def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, 
         stops taking writes a term after that write, and is ended a stop time later if it has not stopped."""
         record = (annotations.get(PRIMARY_TERM) or "").split()
         if (replicas <= 1 or len(record) != 3 or record[0] != pod_uid or not all(f.isdigit() for f in record[1:])
-                or _time(written) is None or old not in by_name):
+                or _time(written) is None):
             return None
         # (times here are to the second, cut short: the write came before the second after the one written)
         return _time(written) + timedelta(seconds=1 + int(record[1]) + int(record[2]) + int(term_margin_seconds))
@@ -311,21 +311,20 @@ def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, 
         deleting = _time(((by_name.get(old) or {}).get("metadata") or {}).get("deletionTimestamp"))
         term_over = (term_end is not None and _time(now) >= term_end
                      and deleting is not None and _time(now) >= deleting)
-        proven = stopped or (old not in by_name) or sampledb_fenced(pods, old, pod_uid) or term_over
+        by_kubelet = stopped or (old not in by_name) or sampledb_fenced(pods, old, pod_uid)
+        by_term = term_over and not by_kubelet
         how = (f"cannot take writes any more (the Lease has named nobody since {written[11:19]}, and its term is over; "
-               "its pod, deleted, has not gone)"
-               if term_over and not (stopped or old not in by_name or sampledb_fenced(pods, old, pod_uid))
-               else "has stopped")
+               "its pod, deleted, has not gone)" if by_term else "has stopped")
         fenced_plan = {**plan, "target": "", "current": old, "holder": "", "fencing": old, "promote": new,
                        "reason": reason, "demote": names,
                        "annotations": {**keep, UNREADY_SINCE: "", FENCING: old, FENCING_UID: pod_uid,
                                        FENCING_SINCE: since, FENCING_WRITTEN: written, PROMOTE: new, REASON: reason}}
-        if proven:
+        if by_kubelet or by_term:
             chosen, why = choose(old, new)
             if chosen:
                 used = known(with_data(others_than(old))) if states else ""
                 return {**plan, "target": chosen, "current": old, "holder": chosen, "changed": True, "reason": reason,
-                        "positions": used, "demote": others_than(chosen), "term_over": how != "has stopped",
+                        "positions": used, "demote": others_than(chosen), "term_over": by_term,
                         "annotations": {**no_change, UNREADY_SINCE: ""},
                         "message": f"{old} {how}; promoted {chosen}" + (f" ({used})" if used else "")}
             if not why:
@@ -612,6 +611,14 @@ def sampledb_identity_record(result: dict, primary: str, known: str, now: str) -
     return {"error": _exec_error(result) if isinstance(result, dict) else "not read", "checkedAt": now}
 
 
+def sampledb_fence_written(plan: dict, now: str) -> dict[str, str]:
+    """The Lease annotation to add once a fence the plan wrote is in the Lease: FENCING_WRITTEN, ``now`` (taken after
+    the write), when the fence has none yet; {} otherwise."""
+    if not plan.get("fencing") or (plan.get("annotations") or {}).get(FENCING_WRITTEN):
+        return {}
+    return {FENCING_WRITTEN: now}
+
+
 def sampledb_leader_events(first: dict, plan: dict, grace_seconds=10, switchover_annotation="") -> list[dict]:
     """The Events of a run's change of primary: its first step (``first``) began a change or evicted a pod; its last
     (``plan``) promoted, is blocked, refused a switchover, or recorded a lost Lease again. [{reason, type, message}]"""
@@ -662,4 +669,4 @@ class FilterModule:
                 "sampledb_server_metadata": sampledb_server_metadata,
                 "sampledb_identity_due": sampledb_identity_due,
                 "sampledb_identity_record": sampledb_identity_record,
-                "sampledb_leader_events": sampledb_leader_events}
+                "sampledb_leader_events": sampledb_leader_events, "sampledb_fence_written": sampledb_fence_written}
