@@ -349,12 +349,13 @@ class Reconciler:
     async def _finish_failed(self, obj: dict[str, Any], failures: list[str], result: dict[str, Any] | None,
                              generation: int | None = None, reason: str = "ReconcileFailed") -> None:
         meta = obj["metadata"]
+        # The Event first: whoever sees the Failure condition finds its Event already there.
+        await self._event(obj, "Warning", reason, "\n".join(failures))
         if self.watch.manage_status:
             await self.status.update(self.res, meta.get("namespace") or "", meta["name"], meta["uid"],
                                      lambda c: status.done(c, False, result, failures),
                                      observed_generation=generation if generation is not None else meta.get("generation"),
                                      current=obj)
-        await self._event(obj, "Warning", reason, "\n".join(failures))
 
     def _log_result(self, request: RunRequest, result: RunResult, seconds: float, what: str) -> None:
         out = result.outcome
