@@ -28,8 +28,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import build, images, nodebuild, paths
-from .node import NODE_IP, NodeError, RealNode
+from . import build, images, netnode, nodebuild, paths
+from .netnode import LINK_GATEWAY, NetNode
+from .node import COREDNS_HEALTH_PORT, NODE_IP, REGISTRY_PORT, NodeError, NodeLayout, RealNode
 from .pki import Pki
 
 DEFAULT_NAME = "default"
@@ -81,23 +82,51 @@ def _port_free(port: int) -> bool:
 
 
 class LocalCluster:
-    def __init__(self, name: str = DEFAULT_NAME, real_node: bool | None = None) -> None:
-        """real_node None: as the cluster was last started (kwok for a new one)."""
+    def __init__(self, name: str = DEFAULT_NAME, real_node: bool | None = None, nodes: int | None = None) -> None:
+        """real_node and nodes None: as the cluster was last started (kwok for a new one; one real node)."""
         self.name = name
         self.paths = paths.ClusterPaths.for_name(name)
         self.pki = Pki(self.paths.pki)
-        self.real_node = self._load_state().get("real_node", False) if real_node is None else real_node
+        state = self._load_state()
+        self.real_node = state.get("real_node", False) if real_node is None else real_node
+        self.node_count = (state.get("nodes", 1) if nodes is None else nodes) if self.real_node else 0
         self.node = RealNode(name, self.paths.root, self.paths.kubeconfig, self.pki.ca_crt, self.pki)
+        # Several nodes: each in namespaces of its own; the services they share run on the host, on their link.
+        self.nodes = [NetNode(name, i, self.paths.root, self.paths.kubeconfig, self.pki.ca_crt, self.pki)
+                      for i in range(1, self.node_count + 1)] if self.several else []
+        if self.several:
+            self.node.layout = NodeLayout(f"{name}-host", self.paths.root / "nodes" / "host")
+            self.node.dns = LINK_GATEWAY
+            self.node.registry = f"{LINK_GATEWAY}:{REGISTRY_PORT}"
+            self.node.coredns_health = f"{LINK_GATEWAY}:{COREDNS_HEALTH_PORT}"
+            self.host_link = netnode.HostLink(name, self.paths.root)
+
+    @property
+    def several(self) -> bool:
+        return self.real_node and self.node_count > 1
 
     @property
     def components(self) -> tuple[str, ...]:
-        """What runs for this cluster, in start order: kwok's simulated nodes, or a real node."""
+        """What runs for this cluster, in start order: kwok's simulated nodes, a real node, or several."""
+        if self.several:
+            return CONTROL_PLANE + netnode.HOST_COMPONENTS + tuple(
+                f"{n.id}/{c}" for n in self.nodes for c in netnode.NODE_COMPONENTS)
         return CONTROL_PLANE + (NODE_ORDER if self.real_node else ("kwok",))
 
     @property
     def host(self) -> str:
-        # Pods reach the API server through the kubernetes Service, which cannot lead to loopback.
+        # Pods reach the API server through the kubernetes Service, which cannot lead to loopback; several
+        # nodes reach it on their link.
+        if self.several:
+            return LINK_GATEWAY
         return NODE_IP if self.real_node else "127.0.0.1"
+
+    def node_by_name(self, name: str) -> NetNode:
+        for n in self.nodes:
+            if name in (n.name, n.id):
+                return n
+        raise ClusterError(f"cluster {self.name!r} has no node {name!r}; its nodes: "
+                           + (", ".join(n.name for n in self.nodes) or "none (cluster up --real-node --nodes N)"))
 
     # ----------------------------------------------------------------- bookkeeping
     @contextmanager
@@ -123,14 +152,22 @@ class LocalCluster:
             return None
 
     def _save_ports(self, ports: Ports) -> None:
-        state = {"ports": asdict(ports), "versions": paths.version_key(), "real_node": self.real_node}
+        state = {"ports": asdict(ports), "versions": paths.version_key(), "real_node": self.real_node,
+                 "nodes": self.node_count}
         self.paths.state_file.write_text(json.dumps(state, indent=2) + "\n")
 
     def _pid_file(self, component: str) -> Path:
-        return self.paths.pids / f"{component}.pid"
+        return self.paths.pids / f"{component.replace('/', '-')}.pid"
 
     def _log_file(self, component: str) -> Path:
-        return self.paths.logs / f"{component}.log"
+        return self.paths.logs / f"{component.replace('/', '-')}.log"
+
+    def _node_of(self, component: str) -> tuple[NetNode | None, str]:
+        """``n2/kubelet`` is node 2's kubelet; a name without a node is the host's."""
+        if "/" not in component:
+            return None, component
+        nid, what = component.split("/", 1)
+        return self.node_by_name(nid), what
 
     def pid(self, component: str) -> int | None:
         """The recorded pid, if that process is alive and still runs our binary."""
@@ -142,7 +179,7 @@ class LocalCluster:
             exe = os.readlink(f"/proc/{pid}/exe")
         except OSError:
             return None
-        if Path(exe.removesuffix(" (deleted)")).name != component:
+        if Path(exe.removesuffix(" (deleted)")).name != component.rsplit("/", 1)[-1]:
             return None
         try:
             with open(f"/proc/{pid}/stat") as fh:
@@ -178,10 +215,13 @@ class LocalCluster:
     def node_healthy(self, component: str) -> bool | None:
         from . import node as n
 
+        net, what = self._node_of(component)
+        if net is not None:
+            return net.healthy(what, self._get)
         urls = {"kubelet": f"http://127.0.0.1:{n.KUBELET_HEALTHZ_PORT}/healthz",
                 "kube-proxy": f"http://127.0.0.1:{n.PROXY_HEALTHZ_PORT}/healthz",
-                "coredns": f"http://127.0.0.1:{n.COREDNS_HEALTH_PORT}/health",
-                "registry": f"http://127.0.0.1:{n.REGISTRY_PORT}/v2/"}
+                "coredns": f"http://{self.node.coredns_health}/health",
+                "registry": f"http://{self.node.registry}/v2/"}
         if component in urls:
             return self._get(urls[component])[0] == 200
         if component == "containerd":
@@ -238,6 +278,9 @@ class LocalCluster:
                     "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller"]
         if component == "kube-scheduler":
             return [binp, *common]
+        net, what = self._node_of(component)
+        if net is not None:
+            return net.wrap(net.argv(what))
         if component in NODE_ORDER:
             return self.node.argv(component)
         if component == "kwok":
@@ -253,11 +296,13 @@ class LocalCluster:
         log = open(self._log_file(component), "ab")
         log.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {component}\n".encode())
         log.flush()
+        net, what = self._node_of(component)
         proc = subprocess.Popen(
             self._argv(component, ports),
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             cwd=self.paths.root, start_new_session=True,
-            env=self.node.env(component) if component in NODE_ORDER else None,
+            env=(net or self.node).env(what) if what in NODE_ORDER else None,
+            preexec_fn=net.enter_cgroup if net is not None else None,
         )
         log.close()
         self._pid_file(component).write_text(f"{proc.pid}\n")
@@ -333,6 +378,10 @@ class LocalCluster:
         self.kubectl("-n", "kube-node-lease", "delete", "leases", "--all", "--wait=false", check=False)
 
     def _bootstrap(self) -> None:
+        if self.several:
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                         input=netnode.bootstrap_manifests(self.node, self.nodes))
+            return
         if self.real_node:
             self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=self.node.bootstrap_manifests())
             return
@@ -346,13 +395,15 @@ class LocalCluster:
         nodes = self.kubectl("get", "nodes", "-o",
                              "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status}{' '}{end}",
                              check=False)
-        want = 1 if self.real_node else NODE_COUNT
+        want = max(1, self.node_count) if self.real_node else NODE_COUNT
         return nodes.returncode == 0 and nodes.stdout.split().count("True") >= want
 
     # ----------------------------------------------------------------- public commands
     def running(self) -> bool:
         ports = self._load_ports()
-        return (ports is not None and self._load_state().get("real_node", False) == self.real_node
+        state = self._load_state()
+        return (ports is not None and state.get("real_node", False) == self.real_node
+                and state.get("nodes", 1 if self.real_node else 0) == self.node_count
                 and all(self.pid(c) for c in self.components)
                 and self.paths.kubeconfig.exists() and self.apiserver_ready(ports))
 
@@ -362,9 +413,12 @@ class LocalCluster:
         with self._locked():
             if self.running():
                 return time.monotonic() - start
-            recorded = self._load_state().get("real_node")
-            if recorded is not None and recorded != self.real_node and any(self.pid(c) for c in START_ORDER + NODE_ORDER):
-                raise ClusterError(f"cluster {self.name!r} runs {'with' if recorded else 'without'} a real node; "
+            state = self._load_state()
+            recorded = state.get("real_node")
+            if recorded is not None and any(self.pid(c) for c in START_ORDER + NODE_ORDER) and (
+                    recorded != self.real_node or state.get("nodes", 1 if recorded else 0) != self.node_count):
+                shape = f"{state.get('nodes', 1)} real node(s)" if recorded else "kwok's nodes"
+                raise ClusterError(f"cluster {self.name!r} runs with {shape}; "
                                    f"stop it first: playbook-operator cluster --name {self.name} down")
             if self.real_node:
                 # Image builds mostly wait on Debian's mirror and dpkg, the Go builds on the CPU: a cold
@@ -379,11 +433,16 @@ class LocalCluster:
                 build.build()
             if not self.pki.exists():
                 self.pki.generate()
-            if self.real_node and not self.pki.serves(NODE_IP):
-                raise ClusterError(f"cluster {self.name!r} was made before real nodes existed (its certificate does "
-                                   f"not name {NODE_IP}); remove it with: playbook-operator cluster "
+            if self.real_node and not self.pki.serves(self.host):
+                raise ClusterError(f"cluster {self.name!r} was made before this shape of nodes existed (its certificate "
+                                   f"does not name {self.host}); remove it with: playbook-operator cluster "
                                    f"--name {self.name} down --purge")
-            if self.real_node:
+            if self.several:
+                # The link, each node's namespaces and cgroup, and the firewall, before the API server binds.
+                self.host_link.setup(self.nodes)
+                for n in self.nodes:
+                    n.setup(self.nodes)
+            elif self.real_node:
                 # Addresses, bridge and the firewall rule come before the API server binds and before any pod.
                 self.node.setup_network()
             ports = self._load_ports()
@@ -409,12 +468,14 @@ class LocalCluster:
                 if not live[c]:
                     self._start(c, ports)
             self._bootstrap()
-            if self.real_node:
+            if self.several:
+                self._start_nodes(ports, live, archives)
+            elif self.real_node:
                 self._start_node(ports, live, archives)
             elif not live["kwok"]:
                 self._clear_stale_node_leases()
                 self._start("kwok", ports)
-            last = "kubelet" if self.real_node else "kwok"
+            last = (f"{self.nodes[0].id}/kubelet" if self.several else "kubelet") if self.real_node else "kwok"
             self._wait("the cluster to be usable (default ServiceAccount, Ready nodes)", self._usable,
                        max(10.0, timeout - (time.monotonic() - start)), last)
             return time.monotonic() - start
@@ -433,18 +494,98 @@ class LocalCluster:
             if not live[c]:
                 self._start(c, ports)
 
+    def _start_nodes(self, ports: Ports, live: dict[str, int | None], archives: dict[str, Path]) -> None:
+        """Several nodes: each node's containerd with the images, the shared services, then the kubelets."""
+        url = f"https://{self.host}:{ports.apiserver}"
+        self.node.write_host_config()
+        for n in self.nodes:
+            n.write_node_config(url)
+            self._start_runtime(n, live, archives)
+        if not live["registry"]:
+            self._start("registry", ports)
+        self._wait("the nodes' registry", lambda: self.node_healthy("registry") is True, 30, "registry")
+        self.nodes[0].push_images(netnode.node_images(), log=_say)
+        for c in ("coredns", "local-path-provisioner"):
+            if not live[c]:
+                self._start(c, ports)
+        for n in self.nodes:
+            for c in ("kubelet", "kube-proxy"):
+                if not live.get(f"{n.id}/{c}"):
+                    self._start(f"{n.id}/{c}", ports)
+
+    def _start_runtime(self, n: NetNode, live: dict[str, int | None], archives: dict[str, Path]) -> None:
+        comp = f"{n.id}/containerd"
+        if not live.get(comp):
+            self._start(comp, self._load_ports())
+        self._wait(f"{n.name}'s containerd", lambda: self.node_healthy(comp) is True, 30, comp)
+        n.import_images(archives, log=lambda m: _say(f"{n.name}: {m}"))
+
     def load_images(self, include_operator: bool) -> dict[str, Path]:
-        """Builds (when their inputs changed) and imports the local images into the running node."""
-        if not self.real_node or not self.pid("containerd"):
+        """Builds (when their inputs changed) and imports the local images into the running node(s)."""
+        runtimes = [f"{n.id}/containerd" for n in self.nodes] if self.several else ["containerd"]
+        if not self.real_node or not all(self.pid(c) for c in runtimes):
             raise ClusterError(f"cluster {self.name!r} has no running real node (cluster up --real-node)")
         archives = images.build_all(include_operator=include_operator)
-        self.node.import_images(archives, log=_say)
+        for n in self.nodes or [self.node]:
+            n.import_images(archives, log=_say)
         return archives
+
+    # ----------------------------------------------------------------- faults
+    def fault(self, node: str, fault: netnode.Fault) -> str:
+        """One of a node's faults, or its repair; says what was done."""
+        n = self.node_by_name(node)
+        ports = self._load_ports()
+        if ports is None:
+            raise ClusterError(f"cluster {self.name!r} is not running")
+        with self._locked():
+            if fault is netnode.Fault.POWEROFF:
+                for c in netnode.NODE_COMPONENTS:
+                    self._pid_file(f"{n.id}/{c}").unlink(missing_ok=True)
+                return f"{n.name} powered off: " + ", ".join(n.teardown())
+            if fault is netnode.Fault.POWERON:
+                n.setup(self.nodes)
+                n.write_node_config(f"https://{self.host}:{ports.apiserver}")
+                live = {c: self.pid(c) for c in self.components}
+                self._start_runtime(n, live, {})
+                for c in ("kubelet", "kube-proxy"):
+                    if not live[f"{n.id}/{c}"]:
+                        self._start(f"{n.id}/{c}", ports)
+                return f"{n.name} powered on"
+            if fault is netnode.Fault.KUBELET_STOP:
+                pid = self.pid(f"{n.id}/kubelet")
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+                self._pid_file(f"{n.id}/kubelet").unlink(missing_ok=True)
+                return f"{n.name}'s kubelet killed; its containers run on"
+            if fault is netnode.Fault.KUBELET_START:
+                if not self.pid(f"{n.id}/kubelet"):
+                    self._start(f"{n.id}/kubelet", ports)
+                return f"{n.name}'s kubelet started"
+            if fault is netnode.Fault.PARTITION:
+                n.partition()
+                return f"{n.name} cut off from the API server and the other nodes"
+            n.heal()
+            return f"{n.name} reconnected"
 
     def down(self, purge: bool = False) -> list[str]:
         """Stops every component we started; with purge, removes the cluster's data too."""
         stopped = []
         with self._locked():
+            if self.several or self.host_link_state():
+                for c in netnode.HOST_COMPONENTS:
+                    if self._stop(c):
+                        stopped.append(c)
+                nodes = self.nodes or self._recorded_nodes()
+                for n in nodes:
+                    for c in netnode.NODE_COMPONENTS:
+                        self._pid_file(f"{n.id}/{c}").unlink(missing_ok=True)
+                stopped += netnode.HostLink(self.name, self.paths.root).teardown(nodes)
+                for c in reversed(START_ORDER):
+                    if self._stop(c):
+                        stopped.append(c)
+                if purge and self.paths.root.exists():
+                    shutil.rmtree(self.paths.root)
+                return stopped
             node_state = self.node.layout.state_file.exists() or self.real_node
             for c in ("local-path-provisioner", "kube-proxy", "kubelet", "coredns", "registry"):
                 if self._stop(c):
@@ -466,6 +607,13 @@ class LocalCluster:
             shutil.rmtree(self.paths.root)
         return stopped
 
+    def host_link_state(self) -> bool:
+        return (self.paths.root / "nodes" / "host.json").exists()
+
+    def _recorded_nodes(self) -> list[NetNode]:
+        found = sorted(int(p.name[1:]) for p in (self.paths.root / "nodes").glob("n[0-9]*") if p.name[1:].isdigit())
+        return [NetNode(self.name, i, self.paths.root, self.paths.kubeconfig, self.pki.ca_crt, self.pki) for i in found]
+
     def status(self) -> list[ComponentStatus]:
         ports = self._load_ports()
         result = []
@@ -477,7 +625,7 @@ class LocalCluster:
                     healthy = self.etcd_healthy(ports)
                 elif c == "kube-apiserver":
                     healthy = self.apiserver_ready(ports)
-                elif c in NODE_ORDER:
+                elif c.rsplit("/", 1)[-1] in NODE_ORDER:
                     healthy = self.node_healthy(c)
             result.append(ComponentStatus(c, pid, pid is not None, healthy, self._log_file(c)))
         return result
@@ -509,6 +657,9 @@ def main(argv: list[str]) -> int:
     up.add_argument("--real-node", action="store_true",
                     help="a real worker node (containerd, kubelet, kube-proxy, CoreDNS, local-path volumes) instead "
                          "of kwok's simulated ones: pods run real containers")
+    up.add_argument("--nodes", type=int, default=None, metavar="N",
+                    help="with --real-node: N real nodes, each in network and mount namespaces of its own "
+                         "(default: 1, on the host itself)")
     imgs = sub.add_parser("images", help="build (when changed) and import the local images into the real node")
     imgs.add_argument("--operator", action="store_true", help="also the operator's own image (for make deploy)")
     down = sub.add_parser("down", help="stop every component started for this cluster")
@@ -516,8 +667,18 @@ def main(argv: list[str]) -> int:
     sub.add_parser("status", help="each component, its pid, health and log file")
     sub.add_parser("env", help="print shell exports for KUBECONFIG and the built kubectl")
     sub.add_parser("build", help="only build (or verify) the cached binaries")
+    fault = sub.add_parser("node", help="a fault on one of several real nodes, or its repair",
+                           description="poweroff: kubelet, containerd and every container stop at once, and what a "
+                                       "reboot clears goes; kubelet-stop: the kubelet dies, its containers run on; "
+                                       "partition: all the node's traffic to the API server and the other nodes is "
+                                       "dropped, both ways. For a drain, use kubectl drain.")
+    fault.add_argument("node_name", metavar="NODE", help="a node's name (kubectl get nodes) or n1, n2, ...")
+    fault.add_argument("fault", choices=[f.value for f in netnode.Fault])
     args = parser.parse_args(argv)
-    cluster = LocalCluster(args.name, real_node=True if getattr(args, "real_node", False) else None)
+    nodes = getattr(args, "nodes", None)
+    if nodes is not None and (nodes < 1 or not args.real_node):
+        parser.error("--nodes needs --real-node and a count of at least 1")
+    cluster = LocalCluster(args.name, real_node=True if getattr(args, "real_node", False) else None, nodes=nodes)
     try:
         if args.command == "up":
             already = cluster.running()
@@ -544,6 +705,8 @@ def main(argv: list[str]) -> int:
             print("\n".join(cluster.env_lines()))
         elif args.command == "build":
             print(build.build())
+        elif args.command == "node":
+            print(cluster.fault(args.node_name, netnode.Fault(args.fault)), file=sys.stderr)
         elif args.command == "images":
             for ref, archive in cluster.load_images(args.operator).items():
                 print(f"{ref}\t{archive}")

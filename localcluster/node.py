@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import images, nodebuild
+from .pki import NodeCerts
 
 NODE_IP = "10.96.255.1"
 POD_CIDR = "10.244.0.0/24"
@@ -124,6 +125,18 @@ class RealNode:
         self.kubeconfig = kubeconfig
         self.ca_crt = ca_crt
         self.pki = pki
+        self.certs = NodeCerts(pki.dir)
+        # Where this node is reached, its pods' range and gateway, and the machine-wide services it uses.
+        self.ip = NODE_IP
+        self.pod_cidr = POD_CIDR
+        self.cluster_cidr = POD_CIDR
+        self.gateway = GATEWAY
+        self.dns = GATEWAY
+        self.registry = f"127.0.0.1:{REGISTRY_PORT}"
+        self.healthz_address = "127.0.0.1"
+        self.coredns_health = f"127.0.0.1:{COREDNS_HEALTH_PORT}"
+        self.cgroup_root: str | None = None
+        self.netns_under_state = False  # pods' network namespaces in /var/run/netns, as by default
 
     # ------------------------------------------------------------- host network
     def claim(self) -> None:
@@ -213,25 +226,24 @@ class RealNode:
 
     # ------------------------------------------------------------- configuration
     def write_config(self, apiserver_url: str) -> None:
+        self.write_node_config(apiserver_url)
+        self.write_host_config()
+
+    def write_node_config(self, apiserver_url: str) -> None:
+        """What the node's own daemons (containerd, kubelet) read."""
         lay = self.layout
         for d in (lay.containerd_root, lay.containerd_state, lay.kubelet_root, lay.cni_conf, lay.volumes,
                   lay.config, lay.cni_ipam, lay.runc_root, lay.registry):
             d.mkdir(parents=True, exist_ok=True)
-        if not self.pki.kubelet_serving_crt.exists():
-            self.pki.generate_node(self.name, NODE_IP)
+        if not self.certs.serving_crt.exists():
+            self.pki.generate_node(self.name, self.ip, self.certs)
         cfg = lay.config
         # Every image is imported before use or served by the node's registry (docker.io's); a pull of
         # anything else must fail here, not go out.
-        for host, server in (("_default", "http://127.0.0.1:9"), ("docker.io", f"http://127.0.0.1:{REGISTRY_PORT}")):
+        for host, server in (("_default", "http://127.0.0.1:9"), ("docker.io", f"http://{self.registry}")):
             (cfg / "registry" / host).mkdir(parents=True, exist_ok=True)
             (cfg / "registry" / host / "hosts.toml").write_text(
                 f'server = "{server}"\n\n[host."{server}"]\n  capabilities = ["pull", "resolve"]\n')
-        (cfg / "registry.yml").write_text(json.dumps({
-            "version": "0.1", "log": {"level": "warn"},
-            "storage": {"filesystem": {"rootdirectory": str(lay.registry)},
-                        "maintenance": {"uploadpurging": {"enabled": False}}},
-            "http": {"addr": f"127.0.0.1:{REGISTRY_PORT}"},
-        }, indent=2) + "\n")
         (cfg / "containerd.toml").write_text(f"""version = 3
 root = "{lay.containerd_root}"
 state = "{lay.containerd_state}"
@@ -249,6 +261,7 @@ state = "{lay.containerd_state}"
 [plugins."io.containerd.cri.v1.runtime"]
   # these machines refuse a negative oom_score_adj even to root
   restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = {str(self.netns_under_state).lower()}
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["{nodebuild.cni_bin_dir()}"]
     conf_dir = "{lay.cni_conf}"
@@ -264,45 +277,58 @@ state = "{lay.containerd_state}"
             "plugins": [
                 {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False, "hairpinMode": True,
                  "ipam": {"type": "host-local", "dataDir": str(lay.cni_ipam),
-                          "ranges": [[{"subnet": POD_CIDR, "gateway": GATEWAY}]],
+                          "ranges": [[{"subnet": self.pod_cidr, "gateway": self.gateway}]],
                           "routes": [{"dst": "0.0.0.0/0"}]}},
                 {"type": "portmap", "capabilities": {"portMappings": True}},
             ]}, indent=2) + "\n")
-        (cfg / "resolv.conf").write_text(f"nameserver {GATEWAY}\n")
+        (cfg / "resolv.conf").write_text(f"nameserver {self.dns}\n")
         (cfg / "kubelet.kubeconfig").write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config",
             "clusters": [{"name": "local", "cluster": {"server": apiserver_url,
                                                        "certificate-authority": str(self.ca_crt)}}],
-            "users": [{"name": "kubelet", "user": {"client-certificate": str(self.pki.kubelet_client_crt),
-                                                   "client-key": str(self.pki.kubelet_client_key)}}],
+            "users": [{"name": "kubelet", "user": {"client-certificate": str(self.certs.client_crt),
+                                                   "client-key": str(self.certs.client_key)}}],
             "contexts": [{"name": "local", "context": {"cluster": "local", "user": "kubelet"}}],
             "current-context": "local"}, indent=2) + "\n")
         (cfg / "kubelet.yaml").write_text(json.dumps({
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "address": NODE_IP, "port": KUBELET_PORT, "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1", "healthzPort": KUBELET_HEALTHZ_PORT,
+            "address": self.ip, "port": KUBELET_PORT, "readOnlyPort": 0,
+            "healthzBindAddress": self.healthz_address, "healthzPort": KUBELET_HEALTHZ_PORT,
             "containerRuntimeEndpoint": f"unix://{lay.containerd_sock}",
             # cgroup v1 only on these machines
             "cgroupDriver": "cgroupfs", "failCgroupV1": False, "failSwapOn": False,
-            "clusterDNS": [GATEWAY], "clusterDomain": CLUSTER_DOMAIN, "resolvConf": str(cfg / "resolv.conf"),
-            "podCIDR": POD_CIDR, "maxPods": 110,
+            "clusterDNS": [self.dns], "clusterDomain": CLUSTER_DOMAIN, "resolvConf": str(cfg / "resolv.conf"),
+            "podCIDR": self.pod_cidr, "maxPods": 110,
+            **({"cgroupRoot": self.cgroup_root} if self.cgroup_root else {}),
             # Only holders of a certificate from the cluster's CA (the API server) may use the kubelet's API.
             "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
                                "x509": {"clientCAFile": str(self.ca_crt)}},
             "authorization": {"mode": "AlwaysAllow"},
-            "tlsCertFile": str(self.pki.kubelet_serving_crt), "tlsPrivateKeyFile": str(self.pki.kubelet_serving_key),
+            "tlsCertFile": str(self.certs.serving_crt), "tlsPrivateKeyFile": str(self.certs.serving_key),
             # Images cannot be pulled again here: never collect them.
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "evictionHard": {"memory.available": "100Mi", "nodefs.available": "2%", "imagefs.available": "2%"},
             "serializeImagePulls": False,
             "syncFrequency": "10s", "fileCheckFrequency": "10s",
         }, indent=2) + "\n")
+
+    def write_host_config(self) -> None:
+        """What the machine-wide services (registry, CoreDNS) of the node read."""
+        lay, cfg = self.layout, self.layout.config
+        for d in (lay.config, lay.registry):
+            d.mkdir(parents=True, exist_ok=True)
+        (cfg / "registry.yml").write_text(json.dumps({
+            "version": "0.1", "log": {"level": "warn"},
+            "storage": {"filesystem": {"rootdirectory": str(lay.registry)},
+                        "maintenance": {"uploadpurging": {"enabled": False}}},
+            "http": {"addr": self.registry},
+        }, indent=2) + "\n")
         # Only the cluster's zones are answered; every other name gets NXDOMAIN at once (nothing is
         # forwarded off the machine, and a SERVFAIL would make resolvers give up on their search list).
         (cfg / "Corefile").write_text(f"""{CLUSTER_DOMAIN}:53 in-addr.arpa:53 ip6.arpa:53 {{
-    bind {GATEWAY}
+    bind {self.dns}
     errors
-    health 127.0.0.1:{COREDNS_HEALTH_PORT}
+    health {self.coredns_health}
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
         kubeconfig {self.kubeconfig}
         pods insecure
@@ -312,7 +338,7 @@ state = "{lay.containerd_state}"
     loadbalance
 }}
 .:53 {{
-    bind {GATEWAY}
+    bind {self.dns}
     template ANY ANY {{
         rcode NXDOMAIN
     }}
@@ -327,17 +353,17 @@ state = "{lay.containerd_state}"
         if component == "kubelet":
             return [bin_, f"--config={cfg / 'kubelet.yaml'}", f"--kubeconfig={cfg / 'kubelet.kubeconfig'}",
                     f"--root-dir={lay.kubelet_root}", f"--cert-dir={lay.kubelet_root / 'pki'}",
-                    f"--hostname-override={self.name}", f"--node-ip={NODE_IP}",
+                    f"--hostname-override={self.name}", f"--node-ip={self.ip}",
                     "--node-labels=playbook-operator.dev/real-node=true", "--v=1"]
         if component == "kube-proxy":
             return [bin_, f"--kubeconfig={self.kubeconfig}", f"--hostname-override={self.name}",
-                    "--proxy-mode=iptables", f"--cluster-cidr={POD_CIDR}",
+                    "--proxy-mode=iptables", f"--cluster-cidr={self.cluster_cidr}",
                     # a negative oom_score_adj is refused here; 0 leaves conntrack sysctls alone
                     "--oom-score-adj=0", "--conntrack-max-per-core=0",
-                    f"--healthz-bind-address=127.0.0.1:{PROXY_HEALTHZ_PORT}",
-                    f"--metrics-bind-address=127.0.0.1:{PROXY_METRICS_PORT}",
+                    f"--healthz-bind-address={self.healthz_address}:{PROXY_HEALTHZ_PORT}",
+                    f"--metrics-bind-address={self.healthz_address}:{PROXY_METRICS_PORT}",
                     # NodePorts only on the node's own address, never on the outside interface
-                    f"--nodeport-addresses={NODE_IP}/32"]
+                    f"--nodeport-addresses={self.ip}/32"]
         if component == "coredns":
             return [bin_, "-conf", str(cfg / "Corefile")]
         if component == "registry":
@@ -410,7 +436,7 @@ state = "{lay.containerd_state}"
     def registry_digest(self, ref: str) -> str | None:
         """The manifest digest the node's registry serves for a docker.io reference, or None."""
         repo, tag = ref.removeprefix("docker.io/").rsplit(":", 1)
-        req = urllib.request.Request(f"http://127.0.0.1:{REGISTRY_PORT}/v2/{repo}/manifests/{tag}", method="HEAD",
+        req = urllib.request.Request(f"http://{self.registry}/v2/{repo}/manifests/{tag}", method="HEAD",
                                      headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
         try:
             with _NO_PROXY.open(req, timeout=10) as resp:
@@ -430,7 +456,7 @@ state = "{lay.containerd_state}"
                 continue
             t0 = time.monotonic()
             self.ctr("images", "import", "--snapshotter", "overlayfs", str(archive), namespace=REGISTRY_NAMESPACE)
-            remote = f"127.0.0.1:{REGISTRY_PORT}/{ref.removeprefix('docker.io/')}"
+            remote = f"{self.registry}/{ref.removeprefix('docker.io/')}"
             self.ctr("images", "push", "--plain-http", remote, ref, namespace=REGISTRY_NAMESPACE)
             if self.registry_digest(ref) != digest:
                 raise NodeError(f"pushed {ref} to the node's registry, which then served another digest")

@@ -18,12 +18,26 @@ SERVING_SANS: tuple[x509.GeneralName, ...] = (
     x509.IPAddress(ipaddress.ip_address("10.0.0.1")),  # first address of --service-cluster-ip-range
     # the real node's host address (on lo): the API server listens there when pods must reach it
     x509.IPAddress(ipaddress.ip_address("10.96.255.1")),
+    # the host on several nodes' link (po0): the API server listens there for them
+    x509.IPAddress(ipaddress.ip_address("10.97.0.1")),
     x509.DNSName("localhost"),
     x509.DNSName("kubernetes"),
     x509.DNSName("kubernetes.default"),
     x509.DNSName("kubernetes.default.svc"),
     x509.DNSName("kubernetes.default.svc.cluster.local"),
 )
+
+
+@dataclass(frozen=True)
+class NodeCerts:
+    """One kubelet's client and serving certificates."""
+
+    dir: Path
+
+    client_crt = property(lambda self: self.dir / "kubelet-client.crt")
+    client_key = property(lambda self: self.dir / "kubelet-client.key")
+    serving_crt = property(lambda self: self.dir / "kubelet-serving.crt")
+    serving_key = property(lambda self: self.dir / "kubelet-serving.key")
 
 
 @dataclass(frozen=True)
@@ -39,24 +53,20 @@ class Pki:
     sa_key = property(lambda self: self.dir / "sa.key")
     sa_pub = property(lambda self: self.dir / "sa.pub")
 
-    kubelet_client_crt = property(lambda self: self.dir / "kubelet-client.crt")
-    kubelet_client_key = property(lambda self: self.dir / "kubelet-client.key")
-    kubelet_serving_crt = property(lambda self: self.dir / "kubelet-serving.crt")
-    kubelet_serving_key = property(lambda self: self.dir / "kubelet-serving.key")
-
     def serves(self, address: str) -> bool:
         """Whether the API server's certificate names this address (older clusters lack the node's)."""
         cert = x509.load_pem_x509_certificate(self.apiserver_crt.read_bytes())
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         return ipaddress.ip_address(address) in sans.get_values_for_type(x509.IPAddress)
 
-    def generate_node(self, node_name: str, node_ip: str) -> None:
+    def generate_node(self, node_name: str, node_ip: str, certs: NodeCerts) -> None:
         """The kubelet's identity towards the API server (Node authorizer) and its serving certificate."""
         ca = x509.load_pem_x509_certificate(self.ca_crt.read_bytes())
         ca_key = serialization.load_pem_private_key(self.ca_key.read_bytes(), password=None)
-        self._leaf(self.kubelet_client_crt, self.kubelet_client_key, ca, ca_key, f"system:node:{node_name}",
+        certs.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._leaf(certs.client_crt, certs.client_key, ca, ca_key, f"system:node:{node_name}",
                    "system:nodes", server=False)
-        self._leaf(self.kubelet_serving_crt, self.kubelet_serving_key, ca, ca_key, node_name, None, server=True,
+        self._leaf(certs.serving_crt, certs.serving_key, ca, ca_key, node_name, None, server=True,
                    sans=(x509.IPAddress(ipaddress.ip_address(node_ip)), x509.DNSName(node_name)))
 
     def exists(self) -> bool:

@@ -1,0 +1,371 @@
+"""Several real nodes on one machine (``cluster up --real-node --nodes N``), and the faults a node can suffer.
+
+Each node is what kind makes of a container, made of namespaces instead: a network namespace of its own
+(its kubelet, containerd, CNI bridge ``cni0``, pod range and kube-proxy's iptables live there), joined to
+this machine by a veth on the bridge ``po0``; a mount namespace of its own, where the paths the kubelet
+does not let configure (``/var/log/pods``, ``/var/log/containers``) are the node's; and a cgroup parent of
+its own, which holds the node's daemons and, as the kubelet's ``cgroupRoot``, its pods. What the nodes
+share stays on the host: the control plane, the registry, CoreDNS and the volume provisioner.
+
+Nothing a pod sends may leave the machine: a node's only link is its veth on ``po0``, and the host drops
+whatever ``po0`` would forward elsewhere. Faults act on those pieces: power off kills every process in
+the node's cgroup and drops its namespaces (a reboot clears tmpfs, mounts and iptables); a partition drops
+all traffic on the node's link, both ways, inside the node's network namespace.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from . import images
+from .node import (
+    CLUSTER_DOMAIN,  # noqa: F401 (re-exported for tests)
+    KUBELET_HEALTHZ_PORT,
+    LOCAL_PATH_NAMESPACE,
+    PROXY_HEALTHZ_PORT,
+    REGISTRY_PORT,
+    NodeError,
+    NodeLayout,
+    RealNode,
+    _sh,
+    outside_interfaces,
+)
+from .pki import NodeCerts
+
+LINK_BRIDGE = "po0"
+LINK_GATEWAY = "10.97.0.1"  # the host on the nodes' link: CoreDNS and the registry answer here
+LINK_PREFIX = 24
+LINK_BRIDGE_MAC = "02:50:4f:00:00:02"
+CLUSTER_CIDR = "10.244.0.0/16"
+NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy")
+HOST_COMPONENTS = ("registry", "coredns", "local-path-provisioner")
+CGROUP_BASE = Path("/sys/fs/cgroup")
+OWNER_FILE = Path("/run/playbook-operator/real-nodes.owner")
+PARTITION_CHAIN = "PO-PARTITION"
+
+
+class Fault(enum.StrEnum):
+    POWEROFF = "poweroff"
+    POWERON = "poweron"
+    KUBELET_STOP = "kubelet-stop"
+    KUBELET_START = "kubelet-start"
+    PARTITION = "partition"
+    HEAL = "heal"
+
+
+def node_names(cluster: str, count: int) -> list[str]:
+    return [f"{cluster}-node{i}" for i in range(1, count + 1)]
+
+
+def _hierarchies() -> list[Path]:
+    """The cgroup v1 hierarchies (and the unified one) a node's cgroup is made in."""
+    return sorted(p for p in CGROUP_BASE.iterdir() if (p / "cgroup.procs").exists())
+
+
+class NetNode(RealNode):
+    """Node ``index`` (1-based) of a cluster's several: its addresses, namespaces, cgroup and processes."""
+
+    def __init__(self, cluster: str, index: int, cluster_root: Path, kubeconfig: Path, ca_crt: Path, pki) -> None:
+        super().__init__(cluster, cluster_root, kubeconfig, ca_crt, pki)
+        self.index = index
+        self.name = f"{cluster}-node{index}"
+        self.id = f"n{index}"
+        self.layout = NodeLayout(f"{cluster}-{self.id}", cluster_root / "nodes" / self.id)
+        self.certs = NodeCerts(self.layout.root / "pki")
+        self.ip = node_ip(index)
+        self.pod_cidr = f"10.244.{index}.0/24"
+        self.cluster_cidr = CLUSTER_CIDR
+        self.gateway = f"10.244.{index}.1"
+        self.dns = LINK_GATEWAY
+        self.registry = f"{LINK_GATEWAY}:{REGISTRY_PORT}"
+        self.healthz_address = self.ip  # the host checks it from outside the node's namespace
+        self.netns = f"po-{cluster}-{self.id}"
+        self.cgroup_root = f"/po-{cluster}-{self.id}"
+        self.host_link = f"po-{self.id}"
+        self.netns_under_state = True  # the machine's /var/run/netns is not the node's
+
+    # ------------------------------------------------------------- namespaces
+    @property
+    def mount_ns(self) -> Path:
+        return self.layout.run.parent / "mntns" / f"{self.cluster}-{self.id}"
+
+    def in_netns(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return _sh("ip", "netns", "exec", self.netns, *cmd, check=check)
+
+    def netns_exists(self) -> bool:
+        return Path("/run/netns", self.netns).exists()
+
+    def setup(self, peers: list[NetNode]) -> None:
+        """Network namespace and link, routes to the other nodes' pods, mount namespace and cgroup."""
+        if not self.netns_exists():
+            _sh("ip", "netns", "add", self.netns)
+        if _sh("ip", "link", "show", self.host_link, check=False).returncode != 0:
+            _sh("ip", "link", "add", self.host_link, "type", "veth", "peer", "name", "eth0", "netns", self.netns)
+        _sh("ip", "link", "set", self.host_link, "master", LINK_BRIDGE, "up")
+        self.in_netns("ip", "link", "set", "lo", "up")
+        if f'"{self.ip}"' not in self.in_netns("ip", "-j", "addr", "show", "dev", "eth0").stdout:
+            self.in_netns("ip", "addr", "add", f"{self.ip}/{LINK_PREFIX}", "dev", "eth0")
+        self.in_netns("ip", "link", "set", "eth0", "up")
+        self.in_netns("ip", "route", "replace", "default", "via", LINK_GATEWAY)
+        for peer in peers:
+            if peer is not self:
+                self.in_netns("ip", "route", "replace", peer.pod_cidr, "via", peer.ip)
+        for key in ("net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"):
+            self.in_netns("sysctl", "-qw", key)
+        self._setup_mount_ns()
+        self._setup_cgroup()
+
+    def _setup_mount_ns(self) -> None:
+        holder = self.mount_ns.parent
+        holder.mkdir(parents=True, exist_ok=True)
+        if not _mounted(holder):
+            # A namespace file can only be bind-mounted where propagation is private.
+            _sh("mount", "--bind", str(holder), str(holder))
+            _sh("mount", "--make-private", str(holder))
+        if _mounted(self.mount_ns):
+            return
+        self.mount_ns.touch()
+        _sh("unshare", f"--mount={self.mount_ns}", "--propagation", "slave", "true")
+        for path in ("/var/log/pods", "/var/log/containers"):
+            own = self.layout.root / "host" / path.strip("/")
+            own.mkdir(parents=True, exist_ok=True)
+            Path(path).mkdir(parents=True, exist_ok=True)
+            _sh("nsenter", f"--mount={self.mount_ns}", "--", "mount", "--bind", str(own), path)
+
+    def _setup_cgroup(self) -> None:
+        for h in _hierarchies():
+            for sub in ("", "system"):
+                d = h / self.cgroup_root.strip("/") / sub
+                d.mkdir(parents=True, exist_ok=True)
+                if h.name == "cpuset":
+                    for f in ("cpuset.cpus", "cpuset.mems"):
+                        if not (d / f).read_text().strip():
+                            (d / f).write_text((h / f).read_text())
+
+    def enter_cgroup(self) -> None:
+        """Run in the child before exec: the daemon and what it forks (shims, CNI plugins) are the node's."""
+        pid = str(os.getpid())
+        for h in _hierarchies():
+            try:
+                (h / self.cgroup_root.strip("/") / "system" / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass
+
+    def pids(self) -> set[int]:
+        """Every process in the node's cgroup (daemons, shims, containers)."""
+        found: set[int] = set()
+        for h in _hierarchies():
+            root = h / self.cgroup_root.strip("/")
+            if not root.exists():
+                continue
+            for procs in root.rglob("cgroup.procs"):
+                try:
+                    found.update(int(x) for x in procs.read_text().split())
+                except (OSError, ValueError):
+                    pass
+        return found
+
+    def kill_all(self, timeout: float = 15.0) -> int:
+        """SIGKILL to every process of the node, frozen first so that none forks meanwhile."""
+        freezer = CGROUP_BASE / "freezer" / self.cgroup_root.strip("/") / "freezer.state"
+        if freezer.exists():
+            freezer.write_text("FROZEN")
+        killed = 0
+        deadline = time.monotonic() + timeout
+        try:
+            while (pids := self.pids()) and time.monotonic() < deadline:
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        killed += 1
+                    except ProcessLookupError:
+                        pass
+                if freezer.exists():
+                    freezer.write_text("THAWED")  # killed processes die only once thawed
+                time.sleep(0.1)
+        finally:
+            if freezer.exists():
+                freezer.write_text("THAWED")
+        if self.pids():
+            raise NodeError(f"{self.name}: processes still alive after SIGKILL: {sorted(self.pids())}")
+        return killed
+
+    def teardown(self) -> list[str]:
+        """What a power cut and a reboot clear: processes, mounts, tmpfs state, the namespaces and the link."""
+        done = []
+        if self.kill_all():
+            done.append(f"{self.name} processes")
+        if _mounted(self.mount_ns):
+            _sh("umount", "-l", str(self.mount_ns), check=False)
+            done.append(f"{self.name} mounts")
+        self.mount_ns.unlink(missing_ok=True)
+        for path in (self.layout.containerd_state, self.layout.runc_root, self.layout.cni_ipam):
+            _unmount_below(path)
+            shutil.rmtree(path, ignore_errors=True)
+        if self.netns_exists():
+            _sh("ip", "netns", "delete", self.netns, check=False)
+            done.append(f"netns {self.netns}")
+        _sh("ip", "link", "delete", self.host_link, check=False)
+        for h in _hierarchies():
+            root = h / self.cgroup_root.strip("/")
+            for d in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+                d.rmdir() if not any(d.glob("*/")) else None
+            try:
+                root.rmdir()
+            except OSError:
+                pass
+        return done
+
+    # ------------------------------------------------------------- faults inside the namespace
+    def partition(self) -> None:
+        """Drops everything on the node's link, both ways: the API server, the other nodes and their pods,
+        DNS and the registry are all behind it. Established connections stall, as on a cut cable."""
+        if self.partitioned():
+            return
+        self.in_netns("iptables", "-N", PARTITION_CHAIN)
+        self.in_netns("iptables", "-A", PARTITION_CHAIN, "-i", "eth0", "-j", "DROP")
+        self.in_netns("iptables", "-A", PARTITION_CHAIN, "-o", "eth0", "-j", "DROP")
+        for chain in ("INPUT", "OUTPUT", "FORWARD"):
+            self.in_netns("iptables", "-I", chain, "1", "-j", PARTITION_CHAIN)
+
+    def heal(self) -> None:
+        for chain in ("INPUT", "OUTPUT", "FORWARD"):
+            while self.in_netns("iptables", "-D", chain, "-j", PARTITION_CHAIN, check=False).returncode == 0:
+                pass
+        self.in_netns("iptables", "-F", PARTITION_CHAIN, check=False)
+        self.in_netns("iptables", "-X", PARTITION_CHAIN, check=False)
+
+    def partitioned(self) -> bool:
+        return self.netns_exists() and self.in_netns("iptables", "-S", PARTITION_CHAIN, check=False).returncode == 0
+
+    # ------------------------------------------------------------- processes
+    def wrap(self, argv: list[str]) -> list[str]:
+        return ["nsenter", f"--net=/run/netns/{self.netns}", f"--mount={self.mount_ns}", "--", *argv]
+
+    def healthy(self, component: str, get) -> bool | None:
+        urls = {"kubelet": f"http://{self.ip}:{KUBELET_HEALTHZ_PORT}/healthz",
+                "kube-proxy": f"http://{self.ip}:{PROXY_HEALTHZ_PORT}/healthz"}
+        if component in urls:
+            return get(urls[component])[0] == 200
+        if component == "containerd":
+            return self.ctr("version", check=False, timeout=5).returncode == 0
+        return None
+
+    def memory_bytes(self) -> int | None:
+        """What the node uses now: its daemons, shims and pods (the memory cgroup's usage)."""
+        f = CGROUP_BASE / "memory" / self.cgroup_root.strip("/") / "memory.usage_in_bytes"
+        try:
+            return int(f.read_text())
+        except (OSError, ValueError):
+            return None
+
+
+def node_ip(index: int) -> str:
+    return f"10.97.0.{10 + index}"
+
+
+def _mounted(path: Path) -> bool:
+    with open("/proc/self/mountinfo") as fh:
+        return any(line.split()[4] == str(path) for line in fh)
+
+
+def _unmount_below(path: Path) -> None:
+    prefix = str(path) + "/"
+    with open("/proc/self/mountinfo") as fh:
+        points = [line.split()[4] for line in fh if line.split()[4].startswith(prefix)]
+    for point in sorted(points, key=len, reverse=True):
+        _sh("umount", "-l", point, check=False)
+
+
+class HostLink:
+    """The host's side of the nodes: the bridge they hang on, routes to their pods, the firewall."""
+
+    def __init__(self, cluster: str, root: Path) -> None:
+        self.cluster = cluster
+        self.state_file = root / "nodes" / "host.json"
+
+    def firewall_rules(self) -> list[list[str]]:
+        rules = [["FORWARD", "-i", LINK_BRIDGE, "!", "-o", LINK_BRIDGE, "-j", "DROP"]]
+        rules += [["FORWARD", "-i", LINK_BRIDGE, "-o", dev, "-j", "DROP"] for dev in outside_interfaces()]
+        return rules
+
+    def claim(self) -> None:
+        OWNER_FILE.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            owner = OWNER_FILE.read_text().strip()
+        except FileNotFoundError:
+            owner = ""
+        if owner and owner != self.cluster and _sh("ip", "link", "show", LINK_BRIDGE, check=False).returncode == 0:
+            raise NodeError(f"cluster {owner!r} runs this machine's several real nodes (one such cluster at a time); "
+                            f"stop it first:\n  playbook-operator cluster --name {owner} down")
+        OWNER_FILE.write_text(self.cluster + "\n")
+
+    def setup(self, nodes: list[NetNode]) -> None:
+        self.claim()
+        if _sh("ip", "link", "show", LINK_BRIDGE, check=False).returncode != 0:
+            _sh("ip", "link", "add", LINK_BRIDGE, "type", "bridge")
+        _sh("ip", "link", "set", LINK_BRIDGE, "address", LINK_BRIDGE_MAC)
+        if f'"{LINK_GATEWAY}"' not in _sh("ip", "-j", "addr", "show", "dev", LINK_BRIDGE).stdout:
+            _sh("ip", "addr", "add", f"{LINK_GATEWAY}/{LINK_PREFIX}", "dev", LINK_BRIDGE)
+        _sh("ip", "link", "set", LINK_BRIDGE, "up")
+        for rule in reversed(self.firewall_rules()):
+            if _sh("iptables", "-C", *rule, check=False).returncode != 0:
+                _sh("iptables", "-I", *rule)
+        state = self._state()
+        state["firewall_at"] = time.time()
+        self._save(state)
+        for node in nodes:
+            _sh("ip", "route", "replace", node.pod_cidr, "via", node.ip, "dev", LINK_BRIDGE)
+
+    def teardown(self, nodes: list[NetNode]) -> list[str]:
+        done = []
+        for node in nodes:
+            done += node.teardown()
+            _sh("ip", "route", "del", node.pod_cidr, check=False)
+        if _sh("ip", "link", "show", LINK_BRIDGE, check=False).returncode == 0:
+            _sh("ip", "link", "delete", LINK_BRIDGE, check=False)
+            done.append(f"bridge {LINK_BRIDGE}")
+        for rule in self.firewall_rules():
+            while _sh("iptables", "-C", *rule, check=False).returncode == 0:
+                _sh("iptables", "-D", *rule, check=False)
+        holder = nodes[0].mount_ns.parent if nodes else None
+        if holder and _mounted(holder) and not any(holder.iterdir()):
+            _sh("umount", str(holder), check=False)
+        try:
+            if OWNER_FILE.read_text().strip() == self.cluster:
+                OWNER_FILE.unlink()
+        except FileNotFoundError:
+            pass
+        self.state_file.unlink(missing_ok=True)
+        return done
+
+    def _state(self) -> dict:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def _save(self, state: dict) -> None:
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        self.state_file.write_text(json.dumps(state, indent=2) + "\n")
+
+
+def bootstrap_manifests(shared: RealNode, nodes: list[NetNode]) -> str:
+    """The provisioner's objects, each node's volumes in a directory of its own."""
+    docs = [json.loads(d) for d in shared.bootstrap_manifests().split("\n---\n")]
+    for doc in docs:
+        if doc["kind"] == "ConfigMap" and doc["metadata"]["namespace"] == LOCAL_PATH_NAMESPACE:
+            doc["data"]["config.json"] = json.dumps({"nodePathMap": [
+                {"node": n.name, "paths": [str(n.layout.volumes)]} for n in nodes]})
+    return "\n---\n".join(json.dumps(d) for d in docs)
+
+
+def node_images() -> dict[str, Path]:
+    return {s.ref: images.build(s) for s in images.registry_specs()}
