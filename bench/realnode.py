@@ -1,7 +1,8 @@
-"""`python -m bench.realnode`: figures of the real node (`cluster --name e2e up --real-node`): a warm
-`cluster up` after `down`, one PostgreSQL server pod's start (created → Ready, image already imported),
-deploy/samples' SampleDB created → Ready with three real servers, the CPU its server pods use while nothing happens,
-and the node components' memory.
+"""`python -m bench.realnode`: figures of the real node (`cluster --name e2e up --real-node`), or with `--nodes N`
+of N real nodes (`cluster --name nodes up --real-node --nodes N`): a warm `cluster up` after `down`, one PostgreSQL
+server pod's start (created → Ready, image already imported), deploy/samples' SampleDB created → Ready with three real
+servers, the CPU its server pods use while nothing happens, and the node components' memory (with several nodes, each
+node's: its daemons, shims and pods, as its memory cgroup counts them, while a database ran on it).
 Prints a table and writes it to bench/results/<date>-realnode.md; asserts nothing."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from bench.harness import OURS_READY, median, ours
 from localcluster import images
 from localcluster.build import binary
 from localcluster.cluster import NODE_ORDER, LocalCluster
+from localcluster.netnode import NODE_COMPONENTS
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT, install_sampledb_crds, sampledb_watches
 from tests.realnode import simple_pod, wait_pod_ready
@@ -34,15 +36,19 @@ def rss_mb(pid: int) -> float:
 IDLE_SECONDS = 30
 
 
+CGROUP_ROOTS = [""]  # the kubelets' cgroupRoot ("" for the one real node's "/")
+
+
 def pod_cpu_seconds(uid: str) -> float:
     """The CPU time a pod's containers have used, from its cgroup (the kubelet's cgroupfs layout; v1 cpuacct or v2)."""
-    for qos in ("", "burstable/", "besteffort/"):
-        v1 = Path(f"/sys/fs/cgroup/cpuacct/kubepods/{qos}pod{uid}/cpuacct.usage")
-        if v1.exists():
-            return int(v1.read_text()) / 1e9
-        v2 = Path(f"/sys/fs/cgroup/kubepods/{qos}pod{uid}/cpu.stat")
-        if v2.exists():
-            return int(v2.read_text().split("usage_usec ", 1)[1].split()[0]) / 1e6
+    for root in CGROUP_ROOTS:
+        for qos in ("", "burstable/", "besteffort/"):
+            v1 = Path(f"/sys/fs/cgroup/cpuacct{root}/kubepods/{qos}pod{uid}/cpuacct.usage")
+            if v1.exists():
+                return int(v1.read_text()) / 1e9
+            v2 = Path(f"/sys/fs/cgroup{root}/kubepods/{qos}pod{uid}/cpu.stat")
+            if v2.exists():
+                return int(v2.read_text().split("usage_usec ", 1)[1].split()[0]) / 1e6
     raise FileNotFoundError(f"no cgroup found for pod {uid}")
 
 
@@ -82,13 +88,16 @@ def server_pod_start(kube: Kube, ns: str, i: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.realnode", description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=1, help="real nodes (the cluster 'nodes' when more than one)")
     args = parser.parse_args(argv)
-    cluster = LocalCluster("e2e", real_node=True)
-    cluster.up(timeout=600)
+    cluster = LocalCluster("nodes" if args.nodes > 1 else "e2e", real_node=True, nodes=args.nodes)
+    CGROUP_ROOTS[:] = [n.cgroup_root for n in cluster.nodes] or [""]
+    cluster.up(timeout=900)
     cluster.down()
     t0 = time.monotonic()
-    cluster.up(timeout=600)
+    cluster.up(timeout=900)
     warm_up = time.monotonic() - t0
+    cluster.load_images(include_operator=False)
     kube = Kube(cluster.paths.kubeconfig, str(binary("kubectl")))
     install_sampledb_crds(kube)
     ns = f"bench-real-{int(time.time())}"
@@ -99,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     op = ours(kube, ns, watches, "--ansible-roles-path", str(ROOT / "roles"))
     op.start(OURS_READY)
     ready, idle = [], []
+    node_mb: dict[str, list[float]] = {}
     try:
         for i in range(args.runs):
             t0 = time.monotonic()
@@ -110,24 +120,32 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(10)  # (the runs that follow Ready: the operator then looks again each reconcilePeriod)
             idle.append(idle_cpu_percent(kube, ns, f"db{i}"))
             print(f"  db{i}: an idle server pod uses {idle[-1]:.2f}% of a core", flush=True)
+            for n in cluster.nodes:
+                node_mb.setdefault(n.name, []).append((n.memory_bytes() or 0) / 2**20)
             kube.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, f"db{i}",
                                                        {"spec": {"deletionPolicy": "Delete"}})
             kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, f"db{i}")
             wait_for("the database to go", lambda i=i: not [
                 d for d in kube.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
                 if d["metadata"]["name"] == f"db{i}"], timeout=300)
-        memory = {c: rss_mb(pid) for c in NODE_ORDER if (pid := cluster.pid(c))}
+        components = [f"{n.id}/{c}" for n in cluster.nodes for c in NODE_COMPONENTS] if cluster.nodes else NODE_ORDER
+        memory = {c: rss_mb(pid) for c in components if (pid := cluster.pid(c))}
     finally:
         op.stop()
         kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-    rows = [["warm `cluster up --real-node` after `down`", f"{warm_up:.1f}", "", ""],
+    shape = f"--real-node --nodes {args.nodes}" if cluster.nodes else "--real-node"
+    rows = [[f"warm `cluster up {shape}` after `down`", f"{warm_up:.1f}", "", ""],
             ["PostgreSQL server pod created → Ready (initdb + start)", *(f"{f(starts):.1f}" for f in (median, min, max))],
             ["deploy/samples SampleDB (3 real servers) created → Ready",
              *(f"{f(ready):.1f}" for f in (median, min, max))],
             [f"an idle server pod's CPU over {IDLE_SECONDS} s [% of a core]", *(f"{f(idle):.2f}" for f in (median, min, max))]]
     rows += [[f"RSS of {c} [MB]", f"{mb:.0f}", "", ""] for c, mb in memory.items()]
-    write_table("realnode", [f"real node, {args.runs} runs [s]", "median", "min", "max"], rows,
-                role="the SampleDB operator (this repository's watches.yaml) on the local cluster's real node")
+    rows += [[f"memory of node {name} with a database on it [MB]", *(f"{f(mbs):.0f}" for f in (median, min, max))]
+             for name, mbs in node_mb.items()]
+    what = f"{args.nodes} real nodes" if cluster.nodes else "real node"
+    write_table("realnode" if not cluster.nodes else f"realnode-{args.nodes}", [f"{what}, {args.runs} runs [s]",
+                "median", "min", "max"], rows,
+                role=f"the SampleDB operator (this repository's watches.yaml) on the local cluster's {what}")
     return 0
 
 

@@ -694,7 +694,8 @@ def main(argv: list[str]) -> int:
             print(f"cluster {args.name!r}: data {cluster.paths.root}")
             print(f"binaries: {paths.binaries_dir()} ({'built' if build.is_built() else 'not built'})")
             if cluster.real_node:
-                print(f"real node {cluster.node.name}: binaries {paths.node_binaries_dir()} "
+                which = ", ".join(n.name for n in cluster.nodes) if cluster.nodes else cluster.node.name
+                print(f"real node(s) {which}: binaries {paths.node_binaries_dir()} "
                       f"({'built' if nodebuild.is_built() else 'not built'})")
             for st in cluster.status():
                 health = {True: "healthy", False: "UNHEALTHY", None: "-"}[st.healthy]

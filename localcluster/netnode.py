@@ -215,12 +215,11 @@ class NetNode(RealNode):
         _sh("ip", "link", "delete", self.host_link, check=False)
         for h in _hierarchies():
             root = h / self.cgroup_root.strip("/")
+            if not root.exists():
+                continue
             for d in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-                d.rmdir() if not any(d.glob("*/")) else None
-            try:
-                root.rmdir()
-            except OSError:
-                pass
+                _rmdir(d)  # deepest first: a cgroup goes once it has no children and no processes
+            _rmdir(root)
         return done
 
     # ------------------------------------------------------------- faults inside the namespace
@@ -269,6 +268,13 @@ class NetNode(RealNode):
 
 def node_ip(index: int) -> str:
     return f"10.97.0.{10 + index}"
+
+
+def _rmdir(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass
 
 
 def _mounted(path: Path) -> bool:

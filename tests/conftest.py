@@ -6,7 +6,9 @@ if this session started it (set PLAYBOOK_OPERATOR_KEEP_CLUSTER=1 to keep it for 
 
 The e2e tier (tests/e2e) needs pods that really run: it uses E2E_KUBECONFIG (or KUBECONFIG) when set,
 else the local cluster ``e2e`` with a real node (``cluster --name e2e up --real-node``), brought up
-here too, before any worker starts, so that its first build does not compete with running tests.
+here too, before any worker starts, so that its first build does not compete with running tests. Its node
+faults need the local cluster ``nodes`` (three real nodes), brought up the same way unless E2E_NODES_KUBECONFIG
+names it already.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from tests.kube import Kube, find_kubectl, fresh_namespace, remove_stale_test_na
 
 LOCAL_CLUSTER_NAME = "test"
 E2E_CLUSTER_NAME = "e2e"
+NODES_CLUSTER_NAME = "nodes"  # several real nodes, for the node faults (tests/e2e/test_several_nodes.py)
+NODES = 3
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
@@ -50,6 +54,16 @@ def pytest_configure(config: pytest.Config) -> None:
         print(f"images (the operator's included) on the real node in {time.monotonic() - began:.1f} s")
         _remove_stale_namespaces(e2e.paths.kubeconfig)
         os.environ["E2E_KUBECONFIG"] = str(e2e.paths.kubeconfig)
+    if _wants_e2e(config) and not os.environ.get("E2E_NODES_KUBECONFIG"):
+        several = LocalCluster(NODES_CLUSTER_NAME, real_node=True, nodes=NODES)
+        config._started_nodes = not several.running()  # type: ignore[attr-defined]
+        took = several.up(timeout=600)
+        began = time.monotonic()
+        several.load_images(include_operator=True)
+        print(f"local cluster {NODES_CLUSTER_NAME!r} ({NODES} real nodes) ready in {took:.1f} s, images in "
+              f"{time.monotonic() - began:.1f} s ({several.paths.root})")
+        _remove_stale_namespaces(several.paths.kubeconfig)
+        os.environ["E2E_NODES_KUBECONFIG"] = str(several.paths.kubeconfig)
     cluster = LocalCluster(LOCAL_CLUSTER_NAME)
     config._started_cluster = not cluster.running()  # type: ignore[attr-defined]
     took = cluster.up()
@@ -110,6 +124,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         LocalCluster(LOCAL_CLUSTER_NAME).down()
     if getattr(config, "_started_e2e", False):
         LocalCluster(E2E_CLUSTER_NAME).down()
+    if getattr(config, "_started_nodes", False):
+        LocalCluster(NODES_CLUSTER_NAME).down()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

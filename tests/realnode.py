@@ -32,6 +32,8 @@ from tests.sampledb import GROUP, PLURAL, RARE_SCHEDULE, VERSION, sample, wait_p
 # apart where they would meet: an operator that watches every namespace, and the cluster's restart.
 NODE_LANE = pytest.mark.xdist_group("e2e")
 DATABASE_LANE = pytest.mark.xdist_group("e2e-db")
+# the node faults, on the cluster of several nodes: nothing there is shared with the two lanes above
+NODES_LANE = pytest.mark.xdist_group("e2e-nodes")
 
 HELPER_IMAGE = "localhost/playbook-operator/helper:bookworm"
 # psql and bash for client pods: the first PostgreSQL image the node has

@@ -65,11 +65,16 @@ exec sleep infinity
 """
 
 
-def _script_pod(name: str, image: str, database: str, script: str, env: dict[str, str]) -> dict:
-    """A bash script as uid 999 with the database's app credentials as PGUSER/PGPASSWORD."""
+def _script_pod(name: str, image: str, database: str, script: str, env: dict[str, str],
+                avoid_node: str | None = None) -> dict:
+    """A bash script as uid 999 with the database's app credentials as PGUSER/PGPASSWORD; with ``avoid_node``, on
+    any other node (where a fault of that node leaves it running)."""
     secret = f"{database}-credentials"
+    placement = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [avoid_node]}]}]}}}} \
+        if avoid_node else {}
     pod = simple_pod(name, ["bash", "-c", script], image=image,
-                     securityContext={"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": True})
+                     securityContext={"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": True}, **placement)
     pod["spec"]["containers"][0]["env"] = [{"name": k, "value": v} for k, v in env.items()] + [
         {"name": "PGUSER", "valueFrom": {"secretKeyRef": {"name": secret, "key": "username"}}},
         {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": secret, "key": "password"}}}]
@@ -121,11 +126,11 @@ def table_rows(kube: Kube, namespace: str, pod: str) -> set[int]:
 
 class Writer(_ScriptPod):
     def __init__(self, kube: Kube, namespace: str, database: str, image: str, name: str = "writer",
-                 start: int = 0) -> None:
+                 start: int = 0, avoid_node: str | None = None) -> None:
         """``start``: the rows go on from there (a database restored from one that a writer wrote already)."""
         host = f"{database}-primary.{namespace}.svc"
         super().__init__(kube, namespace, name, _script_pod(name, image, database, _WRITER,
-                                                            {"HOST": host, "START": str(start)}))
+                                                            {"HOST": host, "START": str(start)}, avoid_node))
         wait_for(f"{name} to have written", lambda: len(self.writes().acked) >= 5, timeout=120, interval=1)
 
     def writes(self) -> Writes:
@@ -151,9 +156,9 @@ class Writer(_ScriptPod):
 
 class PrimaryChecker(_ScriptPod):
     def __init__(self, kube: Kube, namespace: str, database: str, servers: list[str], image: str,
-                 name: str = "checker") -> None:
+                 name: str = "checker", avoid_node: str | None = None) -> None:
         env = {"SERVERS": " ".join(servers), "HEADLESS": f"{database}-headless.{namespace}.svc"}
-        super().__init__(kube, namespace, name, _script_pod(name, image, database, _CHECKER, env))
+        super().__init__(kube, namespace, name, _script_pod(name, image, database, _CHECKER, env, avoid_node))
 
     def observations(self) -> list[tuple[float, str, str]]:
         out = []
@@ -236,12 +241,15 @@ def history_overlaps(history: dict[str, list[tuple[float, str]]], now: float) ->
     return [(a, b) for i, a in enumerate(spells) for b in spells[i + 1:] if a[0] != b[0] and b[1] < a[2]]
 
 
-def under_writes(kube: Kube, namespace: str, name: str, **spec: object) -> tuple[str, list[str], PrimaryChecker, Writer]:
-    """A Ready database with the checker and the writer running: its primary, its servers, both pods."""
+def under_writes(kube: Kube, namespace: str, name: str, away_from_primary: bool = False,
+                 **spec: object) -> tuple[str, list[str], PrimaryChecker, Writer]:
+    """A Ready database with the checker and the writer running (with ``away_from_primary``, not on the primary's
+    node): its primary, its servers, both pods."""
     primary = ready_database(kube, namespace, name, **spec)["status"]["currentPrimary"]
     servers = sorted(roles(kube, namespace, name))
-    return (primary, servers, PrimaryChecker(kube, namespace, name, servers, POSTGRES_IMAGE),
-            Writer(kube, namespace, name, POSTGRES_IMAGE))
+    avoid = kube.core.read_namespaced_pod(primary, namespace).spec.node_name if away_from_primary else None
+    return (primary, servers, PrimaryChecker(kube, namespace, name, servers, POSTGRES_IMAGE, avoid_node=avoid),
+            Writer(kube, namespace, name, POSTGRES_IMAGE, avoid_node=avoid))
 
 
 def assert_safe(kube: Kube, namespace: str, name: str, writes: Writes, observations: list, servers: list[str]) -> str:

@@ -22,6 +22,7 @@ from tests.realnode import AS_DEPLOYED_VARS, as_deployed_args, deployed_credenti
 from tests.sampledb import GROUP, PLURAL, VERSION
 
 _RUN_DIR = pytest.StashKey[Path]()
+OWN_CLUSTER_LANE = "e2e-nodes"  # its tests run on the cluster of several nodes, never on the real node
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -65,7 +66,7 @@ def other_lanes_ended(request: pytest.FixtureRequest) -> None:
     mine = _lane(request.node)
     others: dict[str, list[pytest.Item]] = {}
     for item in request.session.items:
-        if "/tests/e2e/" in str(item.path) and _lane(item) != mine:
+        if "/tests/e2e/" in str(item.path) and _lane(item) not in (mine, OWN_CLUSTER_LANE):
             others.setdefault(_lane(item), []).append(item)
 
     def pending() -> list[str]:
@@ -92,6 +93,9 @@ def _node_shared(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every e2e test shares the node with the other lane's, unless it asks for the node to itself. The turnstile
     lets a test waiting for the node to itself in before the other lane's next test."""
     run = _run_dir(request.config)
+    if _lane(request.node) == OWN_CLUSTER_LANE:
+        yield
+        return
     if run:
         (run / f"lane-{_lane(request.node)}").write_text(str(os.getpid()))
     # (a test that waits for the other lanes to end holds nothing meanwhile: one of theirs may want the node)
@@ -143,19 +147,16 @@ def operator_kubeconfig(real: Kube, real_sampledb_crds: None, tmp_path_factory: 
     return deployed_credentials(real, tmp_path_factory.mktemp("operator") / "kubeconfig")
 
 
-@pytest.fixture
-def real_sampledb_operator(real: Kube, real_namespace: str, real_sampledb_crds: None, operator_kubeconfig: Path,
-                           tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., OperatorProcess]]:
-    """Starts this repository's SampleDB operator (watches.yaml, roles) as deployed: a local process with deploy/rbac's
-    ServiceAccount token, leader election on (a Lease of the test's own in the operator's namespace), the production
-    retry backoff and the roles' defaults, watching the test's namespace on the real-node cluster; keyword arguments
-    become watch vars. Shows its log on failure."""
+def operators_as_deployed(kube: Kube, namespace: str, kubeconfig: Path, tmp_path: Path,
+                          request: pytest.FixtureRequest) -> Iterator[Callable[..., OperatorProcess]]:
+    """Yields a function that starts this repository's SampleDB operator as deployed (see real_sampledb_operator) on
+    ``kube``'s cluster; afterwards lets the namespace go while they still run, then stops them."""
     ops: list[OperatorProcess] = []
     lease = f"sampledb-operator-{uuid.uuid4().hex[:8]}"
 
     def start(*args: str, env: dict[str, str] | None = None, **extra_vars: object) -> OperatorProcess:
-        credentials = {"KUBECONFIG": str(operator_kubeconfig), "K8S_AUTH_KUBECONFIG": str(operator_kubeconfig)}
-        op = OperatorProcess(real, real_namespace, tmp_path, sampledb_watches(**{**AS_DEPLOYED_VARS, **extra_vars}),
+        credentials = {"KUBECONFIG": str(kubeconfig), "K8S_AUTH_KUBECONFIG": str(kubeconfig)}
+        op = OperatorProcess(kube, namespace, tmp_path, sampledb_watches(**{**AS_DEPLOYED_VARS, **extra_vars}),
                              ["--ansible-roles-path", str(ROOT / "roles"), *as_deployed_args(lease), *args],
                              {**credentials, **(env or {})}, name=f"sampledb-operator-{len(ops)}")
         ops.append(op.start())
@@ -165,19 +166,62 @@ def real_sampledb_operator(real: Kube, real_namespace: str, real_sampledb_crds: 
     failed = getattr(request.node, "rep_call", None)
     if ops and failed is not None and failed.failed:
         # what the user would look at first: each SampleDB's status, and the last failing task of each run
-        for db in real.custom.list_namespaced_custom_object(GROUP, VERSION, real_namespace, PLURAL)["items"]:
+        for db in kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]:
             print(f"\n--- SampleDB {db['metadata']['name']} status ---\n{yaml.safe_dump(db.get('status') or {})}")
         try:
-            print_restarted_containers(real, real_namespace)
+            print_restarted_containers(kube, namespace)
         except Exception as exc:  # (what is shown on failure must not keep the namespace from going)
             print(f"(the restarted containers could not be read: {exc})")
     if ops:
         # The namespace goes while the operator still runs, so that its SampleDBs' finalizers let them go
         # (and their servers stop) instead of leaving the namespace Terminating on this shared cluster.
-        real.core.delete_namespace(real_namespace, propagation_policy="Background")
-        wait_for("the test's SampleDBs to be let go with their namespace", lambda: not real.custom.
-                 list_namespaced_custom_object(GROUP, VERSION, real_namespace, PLURAL)["items"], timeout=180)
+        kube.core.delete_namespace(namespace, propagation_policy="Background")
+        wait_for("the test's SampleDBs to be let go with their namespace", lambda: not kube.custom.
+                 list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"], timeout=180)
     stop_all(ops, request)
+
+
+@pytest.fixture
+def real_sampledb_operator(real: Kube, real_namespace: str, real_sampledb_crds: None, operator_kubeconfig: Path,
+                           tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., OperatorProcess]]:
+    """Starts this repository's SampleDB operator (watches.yaml, roles) as deployed: a local process with deploy/rbac's
+    ServiceAccount token, leader election on (a Lease of the test's own in the operator's namespace), the production
+    retry backoff and the roles' defaults, watching the test's namespace on the real-node cluster; keyword arguments
+    become watch vars. Shows its log on failure."""
+    yield from operators_as_deployed(real, real_namespace, operator_kubeconfig, tmp_path, request)
+
+
+@pytest.fixture(scope="session")
+def nodes() -> Kube:
+    """The cluster with several real nodes (the local cluster 'nodes', three of them), whose faults tests cause."""
+    kubeconfig = os.environ.get("E2E_NODES_KUBECONFIG")
+    if not kubeconfig:
+        pytest.fail("no cluster with several real nodes: E2E_NODES_KUBECONFIG is unset and the local cluster "
+                    "'nodes' (cluster --name nodes up --real-node --nodes 3) was not brought up")
+    return Kube(Path(kubeconfig), find_kubectl())
+
+
+@pytest.fixture(scope="session")
+def nodes_cluster(nodes: Kube) -> LocalCluster:
+    """The local cluster behind ``nodes``: what causes its nodes' faults."""
+    cluster = LocalCluster("nodes")
+    if str(cluster.paths.kubeconfig) != str(nodes.kubeconfig) or not cluster.running():
+        pytest.fail(f"the node faults need the local cluster 'nodes' running, not {nodes.kubeconfig}")
+    return cluster
+
+
+@pytest.fixture
+def nodes_namespace(nodes: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from fresh_namespace(nodes, request.node.name)
+
+
+@pytest.fixture
+def nodes_sampledb_operator(nodes: Kube, nodes_namespace: str, tmp_path: Path,
+                            request: pytest.FixtureRequest) -> Iterator[Callable[..., OperatorProcess]]:
+    """real_sampledb_operator, on the cluster with several nodes."""
+    install_sampledb_crds(nodes)
+    kubeconfig = deployed_credentials(nodes, tmp_path / "operator-kubeconfig")
+    yield from operators_as_deployed(nodes, nodes_namespace, kubeconfig, tmp_path, request)
 
 
 @pytest.fixture(scope="session")

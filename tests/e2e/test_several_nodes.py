@@ -1,0 +1,91 @@
+"""Node faults, on the local cluster of three real nodes (``cluster --name nodes up --real-node --nodes 3``), caused
+with the commands users have (``playbook-operator cluster node NAME poweroff|...``), with the SampleDB operator as
+deployed, the writer and the checker on a node the fault spares. Each proof: three servers in the default (sync) mode,
+one per node; the fault hits the primary's node; a replica is promoted, writes resume, no acknowledged row is lost,
+no two servers could take writes at once (by the checker's polls and by each server's own record), and once the node
+is repaired its server comes back as a replica. The write gap is printed (bench.e2e reports it), not asserted."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from localcluster.netnode import Fault
+from tests.kube import Kube, explained_by_containers, wait_for
+from tests.realnode import NODES_LANE, psql_in_server
+from tests.sampledb import events, get
+from tests.writes import assert_safe, server_history, under_writes
+
+TERM = 15  # the roles' lease_term_seconds
+
+
+@dataclass
+class Outcome:
+    old: str
+    new: str
+    node: str
+    cut: float
+    gap: float
+    failed_over: str
+
+
+def _primary_node_fault(kube: Kube, cluster, ns: str, name: str, fault: Fault, repair: Fault) -> Outcome:
+    """Causes ``fault`` on the primary's node under writes, waits for a replica promoted and writes flowing again,
+    repairs the node, waits for its server back as a replica and checks that nothing was lost."""
+    old, servers, checker, writer = under_writes(kube, ns, name, replicas=3, away_from_primary=True)
+    placed = {p: kube.core.read_namespaced_pod(p, ns).spec.node_name for p in servers}
+    assert len(set(placed.values())) == 3, f"the servers do not spread over the three nodes: {placed}"
+    node = placed[old]
+    writer.wait_for_more(10)
+    cut = time.time()
+    print(cluster.fault(node, fault))
+    try:
+        with explained_by_containers(kube, ns, name):
+            new = wait_for("a replica to be promoted", lambda: (
+                p := get(kube, ns, name)["status"].get("currentPrimary")) != old and p, timeout=300, interval=1)
+        writer.wait_for_more(20, timeout=300)
+        gap = writer.writes().longest_gap(cut)
+    finally:
+        print(cluster.fault(node, repair))
+    failed_over = events(kube, ns, "FailedOver")
+    assert failed_over and f"promoted {new}" in failed_over[-1].message, [e.message for e in failed_over]
+    with explained_by_containers(kube, ns, name):
+        wait_for(f"{old} back as a replica", lambda: psql_in_server(
+            kube, ns, old, "select pg_is_in_recovery()", check=False) == "t", timeout=300, interval=2)
+    writes = writer.stop()
+    assert assert_safe(kube, ns, name, writes, checker.stop(), servers) == new
+    print(f"{fault} of the primary's node {node}: {old} → {new}; write gap {gap:.1f} s; {len(writes.acked)} rows "
+          f"acknowledged, {len(writes.failed)} attempts failed; FailedOver: {failed_over[-1].message}")
+    return Outcome(old, new, node, cut, gap, failed_over[-1].message)
+
+
+@NODES_LANE
+def test_a_powered_off_primary_node_fails_over_and_its_server_rejoins_as_a_replica_when_powered_on(
+        nodes: Kube, nodes_cluster, nodes_namespace: str, nodes_sampledb_operator) -> None:
+    """Kubelet, containerd and the server stop at once and nothing on that node will confirm anything: the replica is
+    promoted once the old primary's term has run out."""
+    nodes_sampledb_operator()
+    out = _primary_node_fault(nodes, nodes_cluster, nodes_namespace, "off", Fault.POWEROFF, Fault.POWERON)
+    assert "its term ran out" in out.failed_over, out.failed_over
+
+
+@NODES_LANE
+def test_a_dead_kubelet_under_the_primary_never_leaves_two_servers_taking_writes(
+        nodes: Kube, nodes_cluster, nodes_namespace: str, nodes_sampledb_operator) -> None:
+    """The primary's kubelet dies and its containers run on, reachable by clients and by the checker: the old primary
+    stops taking writes (its Lease agent reads that the Lease no longer names it) before a replica is promoted."""
+    nodes_sampledb_operator()
+    _primary_node_fault(nodes, nodes_cluster, nodes_namespace, "kub", Fault.KUBELET_STOP, Fault.KUBELET_START)
+
+
+@NODES_LANE
+def test_a_partitioned_primary_node_stops_taking_writes_within_its_term_and_rejoins_when_healed(
+        nodes: Kube, nodes_cluster, nodes_namespace: str, nodes_sampledb_operator) -> None:
+    """The primary's node is cut off from the API server and from the other nodes, both ways: the isolated primary
+    stops taking writes within its term (by its own record, read once healed), a replica on the other side is
+    promoted, and healed, the old primary rejoins as a replica."""
+    nodes_sampledb_operator()
+    ns = nodes_namespace
+    out = _primary_node_fault(nodes, nodes_cluster, ns, "part", Fault.PARTITION, Fault.HEAL)
+    stopped = [at for at, what in server_history(nodes, ns, [out.old])[out.old] if what == "stopped" and at > out.cut]
+    assert stopped and stopped[0] - out.cut <= TERM + 5, (stopped, out.cut)  # within its term (and a fast shutdown)
