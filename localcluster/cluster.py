@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import ipaddress
 import json
 import os
 import shutil
@@ -120,6 +121,12 @@ class LocalCluster:
         if self.several:
             return LINK_GATEWAY
         return NODE_IP if self.real_node else "127.0.0.1"
+
+    @property
+    def service_cidr(self) -> str:
+        # Several nodes' Services apart from the one node's: a pod's packet that leaves its node before the node's
+        # kube-proxy has its rules (just powered on) must not reach the other cluster's Services on this host.
+        return "10.0.1.0/24" if self.several else "10.0.0.0/24"
 
     def node_by_name(self, name: str) -> NetNode:
         for n in self.nodes:
@@ -265,7 +272,7 @@ class LocalCluster:
                     "--service-account-issuer=https://kubernetes.default.svc",
                     f"--service-account-key-file={pki.sa_pub}",
                     f"--service-account-signing-key-file={pki.sa_key}",
-                    "--service-cluster-ip-range=10.0.0.0/24",
+                    f"--service-cluster-ip-range={self.service_cidr}",
                     "--authorization-mode=Node,RBAC", "--allow-privileged=true"]
         common = [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
                   f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
@@ -302,10 +309,17 @@ class LocalCluster:
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             cwd=self.paths.root, start_new_session=True,
             env=(net or self.node).env(what) if what in NODE_ORDER else None,
-            preexec_fn=net.enter_cgroup if net is not None else None,
         )
         log.close()
         self._pid_file(component).write_text(f"{proc.pid}\n")
+        if net is not None:
+            # (the wrapper joins the node's cgroup, then becomes the daemon)
+            deadline = time.monotonic() + 10
+            while self.pid(component) is None and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self.pid(component) is None or not net.owns(proc.pid):
+                raise ClusterError(f"{component} did not start in {net.name}'s cgroup and namespaces; see "
+                                   f"{self._log_file(component)}:\n" + _tail(self._log_file(component)))
         return proc.pid
 
     def _stop(self, component: str, timeout: float = 10.0) -> bool:
@@ -433,7 +447,8 @@ class LocalCluster:
                 build.build()
             if not self.pki.exists():
                 self.pki.generate()
-            if self.real_node and not self.pki.serves(self.host):
+            kubernetes_ip = str(ipaddress.ip_network(self.service_cidr)[1])  # the kubernetes Service's
+            if self.real_node and not all(self.pki.serves(a) for a in (self.host, kubernetes_ip)):
                 raise ClusterError(f"cluster {self.name!r} was made before this shape of nodes existed (its certificate "
                                    f"does not name {self.host}); remove it with: playbook-operator cluster "
                                    f"--name {self.name} down --purge")
@@ -539,9 +554,13 @@ class LocalCluster:
             raise ClusterError(f"cluster {self.name!r} is not running")
         with self._locked():
             if fault is netnode.Fault.POWEROFF:
+                done = n.teardown()
                 for c in netnode.NODE_COMPONENTS:
                     self._pid_file(f"{n.id}/{c}").unlink(missing_ok=True)
-                return f"{n.name} powered off: " + ", ".join(n.teardown())
+                return f"{n.name} powered off: " + (", ".join(done) or "it was off already")
+            if fault is not netnode.Fault.POWERON and not n.netns_exists():
+                raise ClusterError(f"{n.name} is powered off: power it on first "
+                                   f"(playbook-operator cluster --name {self.name} node {n.name} poweron)")
             if fault is netnode.Fault.POWERON:
                 n.setup(self.nodes)
                 n.write_node_config(f"https://{self.host}:{ports.apiserver}")
@@ -577,20 +596,27 @@ class LocalCluster:
                         stopped.append(c)
                 nodes = self.nodes or self._recorded_nodes()
                 for n in nodes:
-                    for c in netnode.NODE_COMPONENTS:
-                        self._pid_file(f"{n.id}/{c}").unlink(missing_ok=True)
+                    for c in ("kube-proxy", "kubelet", "containerd"):  # (any that left the node's cgroup, too)
+                        if self._stop(f"{n.id}/{c}"):
+                            stopped.append(f"{n.id}/{c}")
                 stopped += netnode.HostLink(self.name, self.paths.root).teardown(nodes)
-                for c in reversed(START_ORDER):
-                    if self._stop(c):
-                        stopped.append(c)
-                if purge and self.paths.root.exists():
-                    shutil.rmtree(self.paths.root)
-                return stopped
-            node_state = self.node.layout.state_file.exists() or self.real_node
-            for c in ("local-path-provisioner", "kube-proxy", "kubelet", "coredns", "registry"):
+            else:
+                stopped += self._down_node()
+            for c in reversed(START_ORDER):
                 if self._stop(c):
                     stopped.append(c)
-            if node_state:
+        if purge and self.paths.root.exists():
+            shutil.rmtree(self.paths.root)
+        return stopped
+
+    def _down_node(self) -> list[str]:
+        """The one real node's processes, containers, mounts and network."""
+        stopped = []
+        node_state = self.node.layout.state_file.exists() or self.real_node
+        for c in ("local-path-provisioner", "kube-proxy", "kubelet", "coredns", "registry"):
+            if self._stop(c):
+                stopped.append(c)
+        if node_state:
                 # Containers outlive the kubelet and their shims outlive containerd.
                 if self.node.kill_containers():
                     stopped.append("containers")
@@ -600,11 +626,6 @@ class LocalCluster:
                 if self.node.unmount_all():
                     stopped.append("mounts")
                 stopped += self.node.teardown_network()
-            for c in reversed(START_ORDER):
-                if self._stop(c):
-                    stopped.append(c)
-        if purge and self.paths.root.exists():
-            shutil.rmtree(self.paths.root)
         return stopped
 
     def host_link_state(self) -> bool:
@@ -658,8 +679,8 @@ def main(argv: list[str]) -> int:
                     help="a real worker node (containerd, kubelet, kube-proxy, CoreDNS, local-path volumes) instead "
                          "of kwok's simulated ones: pods run real containers")
     up.add_argument("--nodes", type=int, default=None, metavar="N",
-                    help="with --real-node: N real nodes, each in network and mount namespaces of its own "
-                         "(default: 1, on the host itself)")
+                    help=f"with --real-node: N (up to {netnode.MAX_NODES}) real nodes, each in network and mount "
+                         "namespaces of its own (default: as the cluster was started, else 1, on the host itself)")
     imgs = sub.add_parser("images", help="build (when changed) and import the local images into the real node")
     imgs.add_argument("--operator", action="store_true", help="also the operator's own image (for make deploy)")
     down = sub.add_parser("down", help="stop every component started for this cluster")
@@ -676,8 +697,8 @@ def main(argv: list[str]) -> int:
     fault.add_argument("fault", choices=[f.value for f in netnode.Fault])
     args = parser.parse_args(argv)
     nodes = getattr(args, "nodes", None)
-    if nodes is not None and (nodes < 1 or not args.real_node):
-        parser.error("--nodes needs --real-node and a count of at least 1")
+    if nodes is not None and (not 1 <= nodes <= netnode.MAX_NODES or not args.real_node):
+        parser.error(f"--nodes needs --real-node and a count from 1 to {netnode.MAX_NODES}")
     cluster = LocalCluster(args.name, real_node=True if getattr(args, "real_node", False) else None, nodes=nodes)
     try:
         if args.command == "up":

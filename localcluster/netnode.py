@@ -18,15 +18,16 @@ from __future__ import annotations
 import enum
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from . import images
+from . import images, node
 from .node import (
-    CLUSTER_DOMAIN,  # noqa: F401 (re-exported for tests)
     KUBELET_HEALTHZ_PORT,
     LOCAL_PATH_NAMESPACE,
     PROXY_HEALTHZ_PORT,
@@ -42,13 +43,14 @@ from .pki import NodeCerts
 LINK_BRIDGE = "po0"
 LINK_GATEWAY = "10.97.0.1"  # the host on the nodes' link: CoreDNS and the registry answer here
 LINK_PREFIX = 24
-LINK_BRIDGE_MAC = "02:50:4f:00:00:02"
+LINK_BRIDGE_MAC = "02:50:4f:00:00:02"  # fixed, for the reason node.BRIDGE_MAC is
 CLUSTER_CIDR = "10.244.0.0/16"
 NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy")
 HOST_COMPONENTS = ("registry", "coredns", "local-path-provisioner")
 CGROUP_BASE = Path("/sys/fs/cgroup")
 OWNER_FILE = Path("/run/playbook-operator/real-nodes.owner")
 PARTITION_CHAIN = "PO-PARTITION"
+MAX_NODES = 9  # node i is 10.97.0.1i on the link and 10.244.i.0/24 for its pods
 
 
 class Fault(enum.StrEnum):
@@ -58,10 +60,6 @@ class Fault(enum.StrEnum):
     KUBELET_START = "kubelet-start"
     PARTITION = "partition"
     HEAL = "heal"
-
-
-def node_names(cluster: str, count: int) -> list[str]:
-    return [f"{cluster}-node{i}" for i in range(1, count + 1)]
 
 
 def _hierarchies() -> list[Path]:
@@ -86,28 +84,35 @@ class NetNode(RealNode):
         self.dns = LINK_GATEWAY
         self.registry = f"{LINK_GATEWAY}:{REGISTRY_PORT}"
         self.healthz_address = self.ip  # the host checks it from outside the node's namespace
-        self.netns = f"po-{cluster}-{self.id}"
         self.cgroup_root = f"/po-{cluster}-{self.id}"
         self.host_link = f"po-{self.id}"
         self.netns_under_state = True  # the machine's /var/run/netns is not the node's
 
     # ------------------------------------------------------------- namespaces
+    # Both are files in a directory of ours, not /run/netns: `ip netns add` makes /run/netns a mount of itself,
+    # which hides the pod namespaces another node's containerd mounted there (it then cannot remove them).
+    @property
+    def net_ns(self) -> Path:
+        return ns_holder() / f"{self.cluster}-{self.id}.net"
+
     @property
     def mount_ns(self) -> Path:
-        return self.layout.run.parent / "mntns" / f"{self.cluster}-{self.id}"
+        return ns_holder() / f"{self.cluster}-{self.id}.mnt"
 
     def in_netns(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return _sh("ip", "netns", "exec", self.netns, *cmd, check=check)
+        return _sh("nsenter", f"--net={self.net_ns}", "--", *cmd, check=check)
 
     def netns_exists(self) -> bool:
-        return Path("/run/netns", self.netns).exists()
+        return _mounted(self.net_ns)
 
     def setup(self, peers: list[NetNode]) -> None:
         """Network namespace and link, routes to the other nodes' pods, mount namespace and cgroup."""
+        _hold_ns_files()
         if not self.netns_exists():
-            _sh("ip", "netns", "add", self.netns)
+            self.net_ns.touch()
+            _sh("unshare", f"--net={self.net_ns}", "true")
         if _sh("ip", "link", "show", self.host_link, check=False).returncode != 0:
-            _sh("ip", "link", "add", self.host_link, "type", "veth", "peer", "name", "eth0", "netns", self.netns)
+            _sh("ip", "link", "add", self.host_link, "type", "veth", "peer", "name", "eth0", "netns", str(self.net_ns))
         _sh("ip", "link", "set", self.host_link, "master", LINK_BRIDGE, "up")
         self.in_netns("ip", "link", "set", "lo", "up")
         if f'"{self.ip}"' not in self.in_netns("ip", "-j", "addr", "show", "dev", "eth0").stdout:
@@ -117,22 +122,26 @@ class NetNode(RealNode):
         for peer in peers:
             if peer is not self:
                 self.in_netns("ip", "route", "replace", peer.pod_cidr, "via", peer.ip)
-        for key in ("net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"):
-            self.in_netns("sysctl", "-qw", key)
+        # (bridged pod traffic passes kube-proxy's rules only with br_netfilter, as on the one node)
+        for key, value in (("net/ipv4/ip_forward", "1"), ("net/bridge/bridge-nf-call-iptables", "1")):
+            if Path("/proc/sys", key).exists():
+                self.in_netns("sysctl", "-qw", f"{key.replace('/', '.')}={value}")
         self._setup_mount_ns()
         self._setup_cgroup()
 
     def _setup_mount_ns(self) -> None:
-        holder = self.mount_ns.parent
-        holder.mkdir(parents=True, exist_ok=True)
-        if not _mounted(holder):
-            # A namespace file can only be bind-mounted where propagation is private.
-            _sh("mount", "--bind", str(holder), str(holder))
-            _sh("mount", "--make-private", str(holder))
         if _mounted(self.mount_ns):
             return
         self.mount_ns.touch()
         _sh("unshare", f"--mount={self.mount_ns}", "--propagation", "slave", "true")
+        # The new namespace starts as a copy of this machine's mounts: the copies of other nodes' namespace files,
+        # pod namespaces and container mounts would keep them alive after their node is gone.
+        foreign = (str(ns_holder()), "/run/netns/", "/var/run/netns/", "/run/playbook-operator/",
+                   str(self.layout.root.parent.parent.parent) + "/")
+        _sh("nsenter", f"--mount={self.mount_ns}", "--", "sh", "-c",
+            "awk '{print $5}' /proc/self/mountinfo | grep -E " + shlex.quote(
+                "^(" + "|".join(re.escape(f) for f in foreign) + ")") + " | sort -r | xargs -r -n1 umount -l",
+            check=False)
         for path in ("/var/log/pods", "/var/log/containers"):
             own = self.layout.root / "host" / path.strip("/")
             own.mkdir(parents=True, exist_ok=True)
@@ -149,14 +158,20 @@ class NetNode(RealNode):
                         if not (d / f).read_text().strip():
                             (d / f).write_text((h / f).read_text())
 
-    def enter_cgroup(self) -> None:
-        """Run in the child before exec: the daemon and what it forks (shims, CNI plugins) are the node's."""
-        pid = str(os.getpid())
-        for h in _hierarchies():
-            try:
-                (h / self.cgroup_root.strip("/") / "system" / "cgroup.procs").write_text(pid)
-            except OSError:
-                pass
+    def wrap(self, argv: list[str]) -> list[str]:
+        """A daemon of the node: it and what it forks (shims, CNI plugins) join the node's cgroup (a write that fails
+        ends the start), then enter its namespaces."""
+        joins = "; ".join(f"echo $$ > {shlex.quote(str(h / self.cgroup_root.strip('/') / 'system' / 'cgroup.procs'))}"
+                          for h in _hierarchies())
+        return ["sh", "-ec", f"{joins}; exec nsenter --net={shlex.quote(str(self.net_ns))} "
+                f"--mount={shlex.quote(str(self.mount_ns))} -- " + shlex.join(argv)]
+
+    def owns(self, pid: int) -> bool:
+        """Whether a process is in the node's cgroup (what a power cut kills)."""
+        try:
+            return f":{self.cgroup_root}/" in Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            return False
 
     def pids(self) -> set[int]:
         """Every process in the node's cgroup (daemons, shims, containers)."""
@@ -206,13 +221,13 @@ class NetNode(RealNode):
             _sh("umount", "-l", str(self.mount_ns), check=False)
             done.append(f"{self.name} mounts")
         self.mount_ns.unlink(missing_ok=True)
-        for path in (self.layout.containerd_state, self.layout.runc_root, self.layout.cni_ipam):
-            _unmount_below(path)
-            shutil.rmtree(path, ignore_errors=True)
-        if self.netns_exists():
-            _sh("ip", "netns", "delete", self.netns, check=False)
-            done.append(f"netns {self.netns}")
+        _unmount_below(self.layout.run)
+        shutil.rmtree(self.layout.run, ignore_errors=True)  # containerd's and runc's state, sockets, IPAM leases
         _sh("ip", "link", "delete", self.host_link, check=False)
+        if _mounted(self.net_ns):
+            _sh("umount", str(self.net_ns), check=False)
+            done.append(f"{self.name} network")
+        self.net_ns.unlink(missing_ok=True)
         for h in _hierarchies():
             root = h / self.cgroup_root.strip("/")
             if not root.exists():
@@ -245,9 +260,6 @@ class NetNode(RealNode):
         return self.netns_exists() and self.in_netns("iptables", "-S", PARTITION_CHAIN, check=False).returncode == 0
 
     # ------------------------------------------------------------- processes
-    def wrap(self, argv: list[str]) -> list[str]:
-        return ["nsenter", f"--net=/run/netns/{self.netns}", f"--mount={self.mount_ns}", "--", *argv]
-
     def healthy(self, component: str, get) -> bool | None:
         urls = {"kubelet": f"http://{self.ip}:{KUBELET_HEALTHZ_PORT}/healthz",
                 "kube-proxy": f"http://{self.ip}:{PROXY_HEALTHZ_PORT}/healthz"}
@@ -258,16 +270,32 @@ class NetNode(RealNode):
         return None
 
     def memory_bytes(self) -> int | None:
-        """What the node uses now: its daemons, shims and pods (the memory cgroup's usage)."""
-        f = CGROUP_BASE / "memory" / self.cgroup_root.strip("/") / "memory.usage_in_bytes"
+        """What the node uses now: its daemons, shims and pods, as the kubelet counts a working set (the memory
+        cgroup's usage without the page cache it could drop, such as what image imports read)."""
+        d = CGROUP_BASE / "memory" / self.cgroup_root.strip("/")
         try:
-            return int(f.read_text())
+            usage = int((d / "memory.usage_in_bytes").read_text())
+            stat = dict(line.split() for line in (d / "memory.stat").read_text().splitlines())
         except (OSError, ValueError):
             return None
+        return max(0, usage - int(stat.get("total_inactive_file", 0)))
 
 
 def node_ip(index: int) -> str:
     return f"10.97.0.{10 + index}"
+
+
+def ns_holder() -> Path:
+    return node.RUN_BASE / "nsfs"
+
+
+def _hold_ns_files() -> None:
+    """A namespace file can only be bind-mounted where propagation is private: a directory that is a mount of its own."""
+    holder = ns_holder()
+    holder.mkdir(parents=True, exist_ok=True)
+    if not _mounted(holder):
+        _sh("mount", "--bind", str(holder), str(holder))
+        _sh("mount", "--make-private", str(holder))
 
 
 def _rmdir(path: Path) -> None:
@@ -303,15 +331,7 @@ class HostLink:
         return rules
 
     def claim(self) -> None:
-        OWNER_FILE.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            owner = OWNER_FILE.read_text().strip()
-        except FileNotFoundError:
-            owner = ""
-        if owner and owner != self.cluster and _sh("ip", "link", "show", LINK_BRIDGE, check=False).returncode == 0:
-            raise NodeError(f"cluster {owner!r} runs this machine's several real nodes (one such cluster at a time); "
-                            f"stop it first:\n  playbook-operator cluster --name {owner} down")
-        OWNER_FILE.write_text(self.cluster + "\n")
+        node.claim(OWNER_FILE, LINK_BRIDGE, self.cluster, "several real nodes")
 
     def setup(self, nodes: list[NetNode]) -> None:
         self.claim()
@@ -327,23 +347,24 @@ class HostLink:
         state = self._state()
         state["firewall_at"] = time.time()
         self._save(state)
-        for node in nodes:
-            _sh("ip", "route", "replace", node.pod_cidr, "via", node.ip, "dev", LINK_BRIDGE)
+        for n in nodes:
+            _sh("ip", "route", "replace", n.pod_cidr, "via", n.ip, "dev", LINK_BRIDGE)
 
     def teardown(self, nodes: list[NetNode]) -> list[str]:
         done = []
-        for node in nodes:
-            done += node.teardown()
-            _sh("ip", "route", "del", node.pod_cidr, check=False)
+        for n in nodes:
+            done += n.teardown()
+            _sh("ip", "route", "del", n.pod_cidr, check=False)
         if _sh("ip", "link", "show", LINK_BRIDGE, check=False).returncode == 0:
             _sh("ip", "link", "delete", LINK_BRIDGE, check=False)
             done.append(f"bridge {LINK_BRIDGE}")
         for rule in self.firewall_rules():
             while _sh("iptables", "-C", *rule, check=False).returncode == 0:
                 _sh("iptables", "-D", *rule, check=False)
-        holder = nodes[0].mount_ns.parent if nodes else None
-        if holder and _mounted(holder) and not any(holder.iterdir()):
+        holder = ns_holder()
+        if _mounted(holder) and not any(holder.iterdir()):
             _sh("umount", str(holder), check=False)
+            _rmdir(holder)
         try:
             if OWNER_FILE.read_text().strip() == self.cluster:
                 OWNER_FILE.unlink()

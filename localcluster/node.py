@@ -52,6 +52,7 @@ LOCAL_PATH_NAMESPACE = "local-path-storage"
 STORAGE_CLASS = "local-path"
 COMPONENTS = ("containerd", "registry", "coredns", "kubelet", "kube-proxy", "local-path-provisioner")
 # Machine-wide: which cluster owns the one real node.
+RUN_BASE = Path("/run/playbook-operator")  # tmpfs-like state: sockets, runtime state, namespace files
 OWNER_FILE = Path("/run/playbook-operator/real-node.owner")
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
 
@@ -73,6 +74,19 @@ def _sh(*cmd: str, check: bool = True, input: str | None = None) -> subprocess.C
     if check and proc.returncode != 0:
         raise NodeError(f"{shlex.join(cmd)} failed: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc
+
+
+def claim(owner_file: Path, bridge: str, cluster: str, what: str) -> None:
+    """Records ``cluster`` as the one that owns ``bridge`` on this machine, unless another one's bridge is up."""
+    owner_file.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        owner = owner_file.read_text().strip()
+    except FileNotFoundError:
+        owner = ""
+    if owner and owner != cluster and _sh("ip", "link", "show", bridge, check=False).returncode == 0:
+        raise NodeError(f"cluster {owner!r} runs this machine's {what} (one at a time); stop it first:\n"
+                        f"  playbook-operator cluster --name {owner} down")
+    owner_file.write_text(cluster + "\n")
 
 
 def outside_interfaces() -> list[str]:
@@ -102,7 +116,7 @@ class NodeLayout:
     @property
     def run(self) -> Path:
         # Short and in tmpfs: containerd's and runc's sockets and state, gone after a reboot as they should be.
-        return Path("/run/playbook-operator") / self.cluster
+        return RUN_BASE / self.cluster
 
     containerd_root = property(lambda self: self.root / "containerd")
     containerd_state = property(lambda self: self.run / "containerd")
@@ -140,15 +154,7 @@ class RealNode:
 
     # ------------------------------------------------------------- host network
     def claim(self) -> None:
-        OWNER_FILE.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            owner = OWNER_FILE.read_text().strip()
-        except FileNotFoundError:
-            owner = ""
-        if owner and owner != self.cluster and _sh("ip", "link", "show", BRIDGE, check=False).returncode == 0:
-            raise NodeError(f"cluster {owner!r} runs this machine's real node (one at a time); stop it first:\n"
-                            f"  playbook-operator cluster --name {owner} down")
-        OWNER_FILE.write_text(self.cluster + "\n")
+        claim(OWNER_FILE, BRIDGE, self.cluster, "real node")
 
     def setup_network(self) -> None:
         """Before the API server binds to NODE_IP and before any pod: addresses, bridge, firewall, sysctls."""

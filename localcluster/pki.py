@@ -16,6 +16,7 @@ VALIDITY = dt.timedelta(days=3650)
 SERVING_SANS: tuple[x509.GeneralName, ...] = (
     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
     x509.IPAddress(ipaddress.ip_address("10.0.0.1")),  # first address of --service-cluster-ip-range
+    x509.IPAddress(ipaddress.ip_address("10.0.1.1")),  # the same, for a cluster of several real nodes
     # the real node's host address (on lo): the API server listens there when pods must reach it
     x509.IPAddress(ipaddress.ip_address("10.96.255.1")),
     # the host on several nodes' link (po0): the API server listens there for them

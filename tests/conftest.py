@@ -54,7 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
         print(f"images (the operator's included) on the real node in {time.monotonic() - began:.1f} s")
         _remove_stale_namespaces(e2e.paths.kubeconfig)
         os.environ["E2E_KUBECONFIG"] = str(e2e.paths.kubeconfig)
-    if _wants_e2e(config) and not os.environ.get("E2E_NODES_KUBECONFIG"):
+    if _wants_several_nodes(config) and not os.environ.get("E2E_NODES_KUBECONFIG"):
         several = LocalCluster(NODES_CLUSTER_NAME, real_node=True, nodes=NODES)
         config._started_nodes = not several.running()  # type: ignore[attr-defined]
         took = several.up(timeout=600)
@@ -91,6 +91,15 @@ def _wants_e2e(config: pytest.Config) -> bool:
         return False
     args = [str(a) for a in config.args] or ["tests"]
     return any("e2e" in a or a.rstrip("/") in ("tests", ".") or a.endswith("/tests") for a in args)
+
+
+def _wants_several_nodes(config: pytest.Config) -> bool:
+    """Whether the selected tests may include the node faults: the whole suite or tier, or their module."""
+    if not _wants_e2e(config):
+        return False
+    args = [str(a).split("::")[0].rstrip("/") for a in config.args] or ["tests"]
+    return any(a in ("tests", ".", "tests/e2e") or a.endswith(("/tests", "/tests/e2e", "test_several_nodes.py"))
+               for a in args)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

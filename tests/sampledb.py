@@ -46,7 +46,12 @@ def condition(db: dict, kind: str) -> dict:
     return next((c for c in db.get("status", {}).get("conditions", []) if c["type"] == kind), {})
 
 def events(kube: Kube, namespace: str, reason: str) -> list:
-    return [e for e in kube.core.list_namespaced_event(namespace).items if e.reason == reason]
+    """The namespace's Events of that reason, oldest first (by when each was last seen): the API lists them by name."""
+    def seen(e) -> float:
+        when = e.last_timestamp or e.event_time or e.metadata.creation_timestamp
+        return when.timestamp() if when else 0.0
+
+    return sorted((e for e in kube.core.list_namespaced_event(namespace).items if e.reason == reason), key=seen)
 
 def images(kube: Kube, namespace: str, name: str) -> dict[str, str]:
     """Each server pod and the PostgreSQL image it runs."""

@@ -11,6 +11,11 @@ from localcluster import cluster, netnode, node
 from localcluster.pki import Pki
 
 
+@pytest.fixture(autouse=True)
+def _run_base(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setattr(node, "RUN_BASE", tmp_path / "run")  # never the machine's /run
+
+
 @pytest.fixture
 def pki(tmp_path) -> Pki:
     p = Pki(tmp_path / "pki")
@@ -32,7 +37,7 @@ def test_each_node_has_its_own_address_pods_cgroup_runtime_and_namespace(tmp_pat
     assert [k["cgroupRoot"] for k in kubelets] == ["/po-t-n1", "/po-t-n2", "/po-t-n3"]
     assert {k["clusterDNS"][0] for k in kubelets} == {netnode.LINK_GATEWAY}
     assert len({k["containerRuntimeEndpoint"] for k in kubelets}) == 3
-    assert len({n.netns for n in nodes}) == 3 and len({str(n.mount_ns) for n in nodes}) == 3
+    assert len({n.net_ns for n in nodes}) == 3 and len({str(n.mount_ns) for n in nodes}) == 3
     for n in nodes:
         conf = json.loads((n.layout.cni_conf / "10-playbook-operator.conflist").read_text())
         assert conf["plugins"][0]["ipam"]["ranges"] == [[{"subnet": n.pod_cidr, "gateway": n.gateway}]]
@@ -57,8 +62,11 @@ def test_the_single_node_keeps_its_host_paths_and_addresses(tmp_path, pki: Pki) 
 def test_a_node_s_daemons_run_inside_its_namespaces(tmp_path, pki: Pki) -> None:
     n = _nodes(tmp_path, pki, 2)[1]
     argv = n.wrap(n.argv("kubelet"))
-    assert argv[:4] == ["nsenter", "--net=/run/netns/po-t-n2", f"--mount={n.mount_ns}", "--"]
-    assert "--node-ip=10.97.0.12" in argv and "--hostname-override=t-node2" in argv
+    assert argv[:2] == ["sh", "-ec"] and n.net_ns.parent == n.mount_ns.parent == tmp_path / "run" / "nsfs"
+    script = argv[2]
+    assert "/po-t-n2/system/cgroup.procs" in script  # joins the node's cgroup first
+    assert f"exec nsenter --net={n.net_ns} --mount={n.mount_ns} -- " in script
+    assert "--node-ip=10.97.0.12" in script and "--hostname-override=t-node2" in script
 
 
 def test_each_node_s_volumes_live_in_its_own_directory(tmp_path, pki: Pki) -> None:
@@ -92,3 +100,17 @@ def test_nodes_needs_a_real_node_and_faults_need_a_known_node(monkeypatch: pytes
         cluster.main(["--name", "t", "node", "t-node1", "reboot"])
     assert cluster.main(["--name", "t", "node", "t-node1", "poweroff"]) == 1
     assert "has no node 't-node1'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cluster.main(["--name", "t", "up", "--real-node", "--nodes", "10"])
+    assert "from 1 to 9" in capsys.readouterr().err
+
+
+def test_a_cluster_of_several_nodes_has_services_apart_from_the_one_node_s(monkeypatch: pytest.MonkeyPatch,
+                                                                           tmp_path) -> None:
+    monkeypatch.setenv("PLAYBOOK_OPERATOR_CACHE", str(tmp_path))
+    several = cluster.LocalCluster("s", real_node=True, nodes=3)
+    one = cluster.LocalCluster("o", real_node=True)
+    assert several.service_cidr != one.service_cidr
+    assert several.host == netnode.LINK_GATEWAY and one.host == node.NODE_IP
+    assert [n.name for n in several.nodes] == ["s-node1", "s-node2", "s-node3"] and one.nodes == []
+    assert "n2/kubelet" in several.components and "kubelet" in one.components
