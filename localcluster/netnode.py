@@ -63,8 +63,14 @@ class Fault(enum.StrEnum):
 
 
 def _hierarchies() -> list[Path]:
-    """The cgroup v1 hierarchies (and the unified one) a node's cgroup is made in."""
-    return sorted(p for p in CGROUP_BASE.iterdir() if (p / "cgroup.procs").exists())
+    """The cgroup v1 hierarchies (and the unified one) a node's cgroup is made in. Like the one real node, several
+    need cgroup v1 (the kubelet's cgroupfs driver with a cgroupRoot per node; freezer and memory for power and
+    memory): on a machine with cgroup v2 only they cannot be made."""
+    found = sorted(p for p in CGROUP_BASE.iterdir() if (p / "cgroup.procs").exists())
+    if not {"freezer", "memory", "pids"} <= {p.name for p in found}:
+        raise NodeError(f"several real nodes need cgroup v1's freezer, memory and pids hierarchies under {CGROUP_BASE}; "
+                        "this machine has " + (", ".join(p.name for p in found) or "none"))
+    return found
 
 
 class NetNode(RealNode):

@@ -37,9 +37,14 @@ def test_down_leaves_nothing_behind_and_up_comes_back(other_lanes_ended: None, n
         assert node.NODE_IP not in subprocess.run(["ip", "addr", "show", "lo"], capture_output=True,
                                                   text=True).stdout
         # (this node's: the cluster of several nodes, if up, has shims of its own)
+        def ours(proc: Path) -> bool:
+            try:
+                return str(local.node.layout.containerd_sock) in (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:  # (gone meanwhile)
+                return False
+
         shims = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and process_alive(int(p.name))
-                 and process_name(int(p.name)).startswith("containerd-shim") and str(local.node.layout.containerd_sock)
-                 in (p / "cmdline").read_bytes().decode(errors="replace")]
+                 and process_name(int(p.name)).startswith("containerd-shim") and ours(p)]
         assert shims == []
     finally:
         started = time.monotonic()
