@@ -21,11 +21,10 @@ from pathlib import Path
 import pytest
 
 from tests.kube import Kube, find_kubectl, fresh_namespace, remove_stale_test_namespaces
+from tests.realnode import NODES, NODES_CLUSTER_NAME, STOP_NODES_AFTER
 
 LOCAL_CLUSTER_NAME = "test"
 E2E_CLUSTER_NAME = "e2e"
-NODES_CLUSTER_NAME = "nodes"  # several real nodes, for the node faults (tests/e2e/test_several_nodes.py)
-NODES = 3
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
@@ -56,7 +55,9 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["E2E_KUBECONFIG"] = str(e2e.paths.kubeconfig)
     if _wants_several_nodes(config) and not os.environ.get("E2E_NODES_KUBECONFIG"):
         several = LocalCluster(NODES_CLUSTER_NAME, real_node=True, nodes=NODES)
-        config._started_nodes = not several.running()  # type: ignore[attr-defined]
+        if not several.running() and not os.environ.get("PLAYBOOK_OPERATOR_KEEP_CLUSTER"):
+            # its idle kubelets cost a third of a core: its tests' module stops it once they have run (on their worker)
+            os.environ[STOP_NODES_AFTER] = "1"
         took = several.up(timeout=600)
         began = time.monotonic()
         several.load_images(include_operator=True)
@@ -133,7 +134,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         LocalCluster(LOCAL_CLUSTER_NAME).down()
     if getattr(config, "_started_e2e", False):
         LocalCluster(E2E_CLUSTER_NAME).down()
-    if getattr(config, "_started_nodes", False):
+    if os.environ.get(STOP_NODES_AFTER):  # (when its tests did not run after all)
         LocalCluster(NODES_CLUSTER_NAME).down()
 
 

@@ -34,6 +34,9 @@ NODE_LANE = pytest.mark.xdist_group("e2e")
 DATABASE_LANE = pytest.mark.xdist_group("e2e-db")
 # the node faults, on the cluster of several nodes: nothing there is shared with the two lanes above
 NODES_LANE = pytest.mark.xdist_group("e2e-nodes")
+NODES_CLUSTER_NAME = "nodes"  # its local cluster: three real nodes
+NODES = 3
+STOP_NODES_AFTER = "PLAYBOOK_OPERATOR_STOP_NODES_AFTER"  # set when this session started that cluster
 
 HELPER_IMAGE = "localhost/playbook-operator/helper:bookworm"
 # psql and bash for client pods: the first PostgreSQL image the node has

@@ -18,7 +18,13 @@ import yaml
 from localcluster.cluster import LocalCluster
 from tests.kube import Kube, find_kubectl, fresh_namespace, print_restarted_containers, wait_for
 from tests.operator import ROOT, OperatorProcess, install_sampledb_crds, sampledb_watches, stop_all
-from tests.realnode import AS_DEPLOYED_VARS, as_deployed_args, deployed_credentials, process_alive
+from tests.realnode import (
+    AS_DEPLOYED_VARS,
+    NODES_CLUSTER_NAME,
+    as_deployed_args,
+    deployed_credentials,
+    process_alive,
+)
 from tests.sampledb import GROUP, PLURAL, VERSION
 
 _RUN_DIR = pytest.StashKey[Path]()
@@ -204,7 +210,7 @@ def nodes() -> Kube:
 @pytest.fixture(scope="session")
 def nodes_cluster(nodes: Kube) -> LocalCluster:
     """The local cluster behind ``nodes``: what causes its nodes' faults."""
-    cluster = LocalCluster("nodes")
+    cluster = LocalCluster(NODES_CLUSTER_NAME)
     if str(cluster.paths.kubeconfig) != str(nodes.kubeconfig) or not cluster.running():
         pytest.fail(f"the node faults need the local cluster 'nodes' running, not {nodes.kubeconfig}")
     return cluster

@@ -7,18 +7,29 @@ is repaired its server comes back as a replica. The write gap is printed (bench.
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
+from localcluster.cluster import LocalCluster
 from localcluster.netnode import Fault
 from tests.kube import Kube, explained_by_containers, wait_for
-from tests.realnode import NODES_LANE, psql_in_server
+from tests.realnode import NODES_CLUSTER_NAME, NODES_LANE, STOP_NODES_AFTER, psql_in_server
 from tests.sampledb import events, get
 from tests.writes import assert_safe, server_history, under_writes
 
 TERM = 15  # spec.failover.termSeconds (the roles' default, given here so that the check below follows it)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stopped_after() -> Iterator[None]:
+    """The cluster of several nodes goes once these tests have run, if this session started it (conftest)."""
+    yield
+    if os.environ.get(STOP_NODES_AFTER):
+        LocalCluster(NODES_CLUSTER_NAME).down()
 
 
 @pytest.fixture
