@@ -7,6 +7,10 @@ prints ``ack N <epoch>`` only after psql returned success for that row; a failed
 printed as ``fail``. Whatever an operation does, every acknowledged N must be in the database afterwards;
 rows that were never acknowledged may or may not be there.
 
+Each psql is bounded (``timeout``), as an application's statement and socket timeouts bound its queries: a
+connection made just before a partition would otherwise wait for TCP to give up (many minutes) after the
+partition is healed. A writer's timed-out insert counts as failed (never acknowledged).
+
 The checker polls each server with ``select pg_is_in_recovery()`` and prints ``<epoch> <pod> f|t|down``;
 ``primaries_overlap`` finds two servers whose read-write spells (first to last ``f`` seen) overlap. A poll can miss a
 short overlap: ``server_history`` reads each server's own record (entrypoint.sh writes sampledb-history.log on its
@@ -39,7 +43,7 @@ echo ready
 i=${{START:-0}}
 while [ ! -e {STOP_FILE} ]; do
   i=$((i + 1))
-  if out=$(psql -X -q -A -t -v ON_ERROR_STOP=1 -h "$HOST" -d app \
+  if out=$(timeout 10 psql -X -q -A -t -v ON_ERROR_STOP=1 -h "$HOST" -d app \
       -c "insert into {TABLE} (seq) values ($i)" 2>&1); then
     echo "ack $i $(date +%s.%N)"
   else
@@ -55,7 +59,7 @@ _CHECKER = f"""
 export PGCONNECT_TIMEOUT=1
 while [ ! -e {STOP_FILE} ]; do
   for pod in $SERVERS; do
-    r=$(psql -X -q -A -t -h "$pod.$HEADLESS" -d app -c 'select pg_is_in_recovery()' 2>/dev/null) || r=down
+    r=$(timeout 3 psql -X -q -A -t -h "$pod.$HEADLESS" -d app -c 'select pg_is_in_recovery()' 2>/dev/null) || r=down
     echo "$(date +%s.%N) $pod ${{r:-down}}"
   done
   sleep 0.2

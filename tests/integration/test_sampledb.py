@@ -78,7 +78,7 @@ def test_failover_when_the_primary_goes(kube: Kube, namespace: str, sampledb_ope
     # stage is told to wait): it is no longer Ready, but its server may still be writing, so nobody is promoted
     # until it is gone (grace 0 here); then a Ready replica takes over.
     kube.core.patch_namespaced_pod(old, namespace, {"metadata": {"annotations": {
-        "pod-delete.stage.kwok.x-k8s.io/delay": "40s"}}})
+        "pod-delete.stage.kwok.x-k8s.io/delay": "75s"}}})  # (time enough to see the fence under load)
     kube.core.delete_namespaced_pod(old, namespace)
     fencing = wait_for("the failover to wait for the old primary", lambda: (
         st := get(kube, namespace, "ha")["status"]).get("phase") == "FailingOver" and st.get("targetPrimary") and st)
@@ -88,7 +88,7 @@ def test_failover_when_the_primary_goes(kube: Kube, namespace: str, sampledb_ope
     assert not lease.spec.holder_identity and lease.metadata.annotations["sampledb.example.com/fencing"] == old
     assert kube.core.read_namespaced_pod(old, namespace).metadata.deletion_timestamp  # it is still there
     new = wait_for("a new primary", lambda: (p := get(kube, namespace, "ha")["status"].get("currentPrimary"))
-                   not in (None, old) and p, timeout=90)
+                   not in (None, old) and p, timeout=150)
     assert new == fencing["targetPrimary"]
     wait_for("exactly one pod labelled primary, the new one", lambda: [
         k for k, v in roles(kube, namespace, "ha").items() if v == "primary"] == [new], timeout=30)
