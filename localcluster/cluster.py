@@ -504,7 +504,7 @@ class LocalCluster:
         if not live["registry"]:
             self._start("registry", ports)
         self._wait("the node's registry", lambda: self.node_healthy("registry") is True, 30, "registry")
-        self.node.push_images({s.ref: images.build(s) for s in images.registry_specs()}, log=_say)
+        self.node.push_images(images.registry_archives(), log=_say)
         for c in ("coredns", "kubelet", "kube-proxy", "local-path-provisioner"):
             if not live[c]:
                 self._start(c, ports)
@@ -519,7 +519,7 @@ class LocalCluster:
         if not live["registry"]:
             self._start("registry", ports)
         self._wait("the nodes' registry", lambda: self.node_healthy("registry") is True, 30, "registry")
-        self.nodes[0].push_images(netnode.node_images(), log=_say)
+        self.nodes[0].push_images(images.registry_archives(), log=_say)
         for c in ("coredns", "local-path-provisioner"):
             if not live[c]:
                 self._start(c, ports)

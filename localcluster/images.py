@@ -561,6 +561,11 @@ def registry_specs() -> list[ImageSpec]:
     return [ImageSpec("busybox-1.35.0", BUSYBOX_REF, "busybox", BUSYBOX_DEB)]
 
 
+def registry_archives() -> dict[str, Path]:
+    """What the node's registry serves, built when changed: reference -> archive."""
+    return {s.ref: build(s) for s in registry_specs()}
+
+
 def _debian_postgres_packages(version: str) -> list[str]:
     deb = DEBIAN_POSTGRES[version]
     # The client and libpq are pinned too: bookworm-security (needed by the other packages) has newer ones.

@@ -26,7 +26,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import images, node
+from . import node
 from .node import (
     KUBELET_HEALTHZ_PORT,
     LOCAL_PATH_NAMESPACE,
@@ -350,9 +350,8 @@ class HostLink:
         for rule in reversed(self.firewall_rules()):
             if _sh("iptables", "-C", *rule, check=False).returncode != 0:
                 _sh("iptables", "-I", *rule)
-        state = self._state()
-        state["firewall_at"] = time.time()
-        self._save(state)
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        self.state_file.touch()  # (what `down` finds the nodes by, should the cluster's state be lost)
         for n in nodes:
             _sh("ip", "route", "replace", n.pod_cidr, "via", n.ip, "dev", LINK_BRIDGE)
 
@@ -379,16 +378,6 @@ class HostLink:
         self.state_file.unlink(missing_ok=True)
         return done
 
-    def _state(self) -> dict:
-        try:
-            return json.loads(self.state_file.read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
-
-    def _save(self, state: dict) -> None:
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        self.state_file.write_text(json.dumps(state, indent=2) + "\n")
-
 
 def bootstrap_manifests(shared: RealNode, nodes: list[NetNode]) -> str:
     """The provisioner's objects, each node's volumes in a directory of its own."""
@@ -398,7 +387,3 @@ def bootstrap_manifests(shared: RealNode, nodes: list[NetNode]) -> str:
             doc["data"]["config.json"] = json.dumps({"nodePathMap": [
                 {"node": n.name, "paths": [str(n.layout.volumes)]} for n in nodes]})
     return "\n---\n".join(json.dumps(d) for d in docs)
-
-
-def node_images() -> dict[str, Path]:
-    return {s.ref: images.build(s) for s in images.registry_specs()}
