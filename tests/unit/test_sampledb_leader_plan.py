@@ -197,48 +197,47 @@ def test_the_lease_records_the_term_of_a_primary_first_labelled_while_there_are_
 
 
 def test_a_primary_that_cannot_be_reached_counts_as_stopped_once_its_term_is_over() -> None:
-    """Its node powered off, its kubelet dead or cut off: no fence's mark can be read and its pod still says Running,
-    deleted or not (its kubelet cannot confirm it). Once the term, the stop time and the margin have passed since the
-    fence's write (and the eviction after the fence timeout has had its chance), the most advanced replica is
-    promoted."""
-    # (deleted after the fence timeout, its grace period over: the pod is still there)
-    pods = [termed(pod("db-0", ready=False, deleting=True)), termed(pod("db-1")), termed(pod("db-2"))]
+    """Its node powered off, its kubelet dead or cut off: no fence's mark can be read and its pod still says Running
+    (its kubelet cannot say otherwise). Once the term, the stop time and the margin have passed since the fence's
+    write, the most advanced replica is promoted, without waiting for the pod's deletion (which may never end)."""
+    pods = [termed(pod("db-0", ready=False)), termed(pod("db-1")), termed(pod("db-2"))]
     states = {"db-1": state("0/3000148"), "db-2": state("0/3A00000")}
-    fenced = {**fencing("db-0", "db-1", since="2026-11-24T09:59:50Z")["metadata"]["annotations"],
+    fenced = {**fencing("db-0", "db-1", since="2026-11-24T10:00:20Z")["metadata"]["annotations"],
               leader.PRIMARY_TERM: "uid-db-0 15 10"}
     first = plan(pods, lease("", **fenced), states=states)
-    assert (first["target"], first["fencing"]) == ("", "db-0")
+    assert (first["target"], first["fencing"], first["evict"]) == ("", "db-0", "")
     assert first["annotations"][leader.FENCING_WRITTEN] == NOW and first["annotations"][leader.PRIMARY_TERM] == \
         "uid-db-0 15 10"
-    assert "its term is over by 10:00:59: should its pod, once deleted, not go" in first["message"]  # NOW + 1+15+10+3
+    assert "by 10:00:59 its term is over: that is proof enough" in first["message"]  # NOW + 1+15+10+3
     # 1 + 15 + 10 + 3 = 29 s after the recorded time: not a second before
     early = plan(pods, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:02Z"}), states=states)
-    assert early["target"] == "" and not early["changed"]
+    assert early["target"] == "" and not early["changed"] and early["fencing"] == "db-0"
     over = plan(pods, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:01Z"}), states=states)
     assert (over["target"], over["changed"], over["term_over"]) == ("db-2", True, True)
-    assert ("db-0 cannot take writes any more (the Lease has named nobody since 10:00:01, and its term is over; its "
-            "pod, deleted, has not gone)") in over["message"]
+    assert ("db-0 cannot take writes any more (the Lease has named nobody since 10:00:01, and its term is over); "
+            "promoted db-2") in over["message"]
     assert over["annotations"][leader.PRIMARY_TERM] == "uid-db-2 15 10"
     assert over["annotations"][leader.FENCING_WRITTEN] == ""
     events = leader.sampledb_leader_events(first, over)
     assert any(e["reason"] == "FailedOver" and "its term ran out" in e["message"] for e in events), events
-    # the eviction asked for after the run's wait (not by its first step) is told too
-    began = {"began": True, "reason": "failover", "current": "db-0", "promote": "db-1", "evict": ""}
-    evicting = leader.sampledb_leader_events(began, first)
-    assert [e["reason"] for e in evicting] == ["FailingOver", "EvictingPrimary"], evicting
+    # a pod deleted whose deletion has not ended, or one not deleted at all: the term is proof either way
+    going = termed(pod("db-0", ready=False, deleting=True))
+    going["metadata"]["deletionTimestamp"] = "2026-11-24T10:00:31Z"
+    for old in (going, termed(pod("db-0", ready=False, deleting=True))):
+        p = plan([old, *pods[1:]], lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:01Z"}),
+                 states=states)
+        assert (p["target"], p["term_over"]) == ("db-2", True), p["message"]
     # a margin of the role's choosing
     assert plan(pods, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:04Z"}), states=states,
                 term_margin_seconds=0)["target"] == "db-2"
-    # the eviction first: a pod not deleted yet is deleted (the kubelet's word is the better proof), and one whose
-    # deletion's grace period is not over yet is waited for
-    alive = [termed(pod("db-0", ready=False)), *pods[1:]]
-    p = plan(alive, lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:01Z"}), states=states)
+    # the fence timeout passed before the term is over (a longer term): its pod is deleted meanwhile
+    long_fence = {**fenced, leader.FENCING_SINCE: LONG_AGO, leader.PRIMARY_TERM: "uid-db-0 60 10"}
+    p = plan(pods, lease("", **{**long_fence, leader.FENCING_WRITTEN: "2026-11-24T10:00:01Z"}), states=states)
     assert (p["target"], p["evict"]) == ("", "db-0")
-    going = termed(pod("db-0", ready=False, deleting=True))
-    going["metadata"]["deletionTimestamp"] = "2026-11-24T10:00:31Z"
-    p = plan([going, *pods[1:]], lease("", **{**fenced, leader.FENCING_WRITTEN: "2026-11-24T10:00:01Z"}),
-             states=states)
-    assert p["target"] == "" and not p["changed"]
+    # the eviction asked for after the run's wait (not by its first step) is told too
+    began = {"began": True, "reason": "failover", "current": "db-0", "promote": "db-1", "evict": ""}
+    evicting = leader.sampledb_leader_events(began, p)
+    assert [e["reason"] for e in evicting] == ["FailingOver", "EvictingPrimary"], evicting
 
 
 def test_the_fences_write_is_timed_once_after_it() -> None:

@@ -12,8 +12,9 @@ lost Lease) has two steps, recorded in the Lease so that an operator restarted i
 "Known to take no more writes" is read from the pod, never from readiness (an unready primary may still be serving
 its open sessions): the pod is gone or replaced, or its server container is not running, or its fence's mark is there
 (fenced.sh, by exec: entrypoint.sh writes it under a lock once no server of that pod can take writes while the label
-says replica). A primary that does not stop by itself within the fence timeout has its pod deleted; should its pod
-not go either (its node lost), its term having run out is the proof of last resort.
+says replica). A primary whose stop cannot be seen (its node powered off, its kubelet dead, cut off) counts as stopped
+once its term has run out, without its kubelet's word; one that is seen running and does not stop by itself within
+the fence timeout has its pod deleted.
 
 The term: each server pod's Lease agent reads the Lease, and a primary runs only while a read sent less than
 LEASE_TERM_SECONDS ago named it (entrypoint.sh; its server is ended FENCE_STOP_SECONDS later if it has not stopped).
@@ -306,15 +307,13 @@ def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, 
         written = (annotations.get(FENCING_WRITTEN) or now) if fencing == old else ""
         term_end = term_ends(old, pod_uid, written)
         waited = (_time(now) - _time(since)).total_seconds() if _time(since) else 0
-        # (the proof of last resort: once its pod's deletion, asked for after the fence timeout, has had its grace
-        # period and the pod is still there: its kubelet cannot confirm it, its node is lost)
-        deleting = _time(((by_name.get(old) or {}).get("metadata") or {}).get("deletionTimestamp"))
-        term_over = (term_end is not None and _time(now) >= term_end
-                     and deleting is not None and _time(now) >= deleting)
+        # (the term needs no word from the old primary's kubelet, which may be dead or cut off: its own server pod
+        # stops it, by a watchdog of its own, once no read of the Lease names it)
+        term_over = term_end is not None and _time(now) >= term_end
         by_kubelet = stopped or (old not in by_name) or sampledb_fenced(pods, old, pod_uid)
         by_term = term_over and not by_kubelet
-        how = (f"cannot take writes any more (the Lease has named nobody since {written[11:19]}, and its term is over; "
-               "its pod, deleted, has not gone)" if by_term else "has stopped")
+        how = (f"cannot take writes any more (the Lease has named nobody since {written[11:19]}, and its term is over)"
+               if by_term else "has stopped")
         fenced_plan = {**plan, "target": "", "current": old, "holder": "", "fencing": old, "promote": new,
                        "reason": reason, "demote": names,
                        "annotations": {**keep, UNREADY_SINCE: "", FENCING: old, FENCING_UID: pod_uid,
@@ -334,8 +333,8 @@ def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, 
         down = sampledb_container_stopped(pods, old)
         evict = old if old in by_name and (down or waited >= fence_timeout_seconds) else ""
         message = (f"waiting for {old} to stop taking writes before promoting {new or 'a replica'}"
-                   + (f" (its term is over by {term_end:%H:%M:%S}: should its pod, once deleted, not go, that is "
-                      "proof enough)" if term_end else "")
+                   + (f" (by {term_end:%H:%M:%S} its term is over: that is proof enough, whatever its node says)"
+                      if term_end else "")
                    + ("; its server is not running, so its pod is deleted (restarted, it could start with its "
                       "old label)" if down and evict
                       else f"; it did not stop within {fence_timeout_seconds}s, so its pod is deleted" if evict
