@@ -118,3 +118,49 @@ def test_a_partitioned_primary_node_stops_taking_writes_within_its_term_and_rejo
     out = _primary_node_fault(nodes, nodes_cluster, ns, "part", Fault.PARTITION, Fault.HEAL)
     stopped = [at for at, what in server_history(nodes, ns, [out.old])[out.old] if what == "stopped" and at > out.cut]
     assert stopped and stopped[0] - out.cut <= TERM + 5, (stopped, out.cut)  # within its term (and a fast shutdown)
+
+
+@NODES_LANE
+def test_each_node_drained_in_turn_costs_at_most_a_switchover_and_loses_nothing(
+        nodes: Kube, nodes_cluster, healthy_nodes: None, nodes_namespace: str, nodes_sampledb_operator) -> None:
+    """`kubectl drain` of each node in turn, then `uncordon`, under writes: the primary's disruption budget holds its
+    eviction until the operator has switched the primary over to a server on another node, so a drain of the
+    primary's node costs a switchover's write gap and a drain of a replica's node none; no failover, no acknowledged
+    row lost, never two servers taking writes. (The drain evicts the database's servers: the writer and the checker
+    stay where they are, as a user's clients elsewhere would. A drained server's volume is on its node, so its pod
+    waits there until the uncordon.)"""
+    nodes_sampledb_operator()
+    ns, name = nodes_namespace, "drn"
+    _, servers, checker, writer = under_writes(nodes, ns, name, replicas=3)
+    assert len({nodes.core.read_namespaced_pod(p, ns).spec.node_name for p in servers}) == 3
+    writer.wait_for_more(10)
+    gaps: list[tuple[str, bool, float]] = []
+    for node in sorted(n.metadata.name for n in nodes.core.list_node().items):
+        primary = get(nodes, ns, name)["status"]["currentPrimary"]
+        held_primary = nodes.core.read_namespaced_pod(primary, ns).spec.node_name == node
+        began = time.time()
+        try:
+            drained = nodes.kubectl("drain", node, f"--pod-selector=app.kubernetes.io/instance={name}",
+                                    "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=300s", timeout=320,
+                                    check=False)
+            assert drained.returncode == 0, drained.stdout + drained.stderr
+            if held_primary:
+                wait_for(f"status to name the primary {primary} handed over to", lambda old=primary: get(
+                    nodes, ns, name)["status"].get("currentPrimary") not in (None, old), timeout=60)
+            else:
+                assert get(nodes, ns, name)["status"]["currentPrimary"] == primary
+            writer.wait_for_more(5)
+        finally:
+            nodes.kubectl("uncordon", node)
+        gaps.append((node, held_primary, writer.writes().longest_gap(began, time.time())))
+        with explained_by_containers(nodes, ns, name):
+            wait_for(f"{name} Ready with its three servers after {node}'s uncordon", lambda: (
+                st := get(nodes, ns, name).get("status", {})).get("phase") == "Ready" and st.get("readyReplicas") == 3,
+                timeout=300, interval=2)
+    writes = writer.stop()
+    assert_safe(nodes, ns, name, writes, checker.stop(), servers)
+    assert not events(nodes, ns, "FailedOver"), [e.message for e in events(nodes, ns, "FailedOver")]
+    assert sum(held for _, held, _ in gaps) >= 1 and events(nodes, ns, "SwitchedOver")
+    for node, held, gap in gaps:
+        print(f"drain of {node} ({'the primary' if held else 'a replica'}'s node): write gap {gap:.1f} s")
+    print(f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
