@@ -32,10 +32,11 @@ def widget_watch(**fields: Any) -> dict[str, Any]:
     return entry
 
 
-def sampledb_watches(**extra_vars: Any) -> list[dict[str, Any]]:
+def sampledb_watches(*, nodes: bool = False, **extra_vars: Any) -> list[dict[str, Any]]:
     """This repository's watches.yaml (the SampleDB operator), with absolute playbook paths, kwok's delays
-    shortened, progress checked every second, and ``extra_vars`` as watch vars of both kinds."""
-    watches = yaml.safe_load((ROOT / "watches.yaml").read_text())
+    shortened, progress checked every second, and ``extra_vars`` as watch vars of every kind. Its watch of Nodes
+    only with ``nodes``: the clusters' nodes are shared by every test, and a drain is what only some of them do."""
+    watches = [w for w in yaml.safe_load((ROOT / "watches.yaml").read_text()) if nodes or w["kind"] != "Node"]
     for w in watches:
         if w.get("playbook"):
             w["playbook"] = str(ROOT / w["playbook"])

@@ -160,9 +160,11 @@ def operators_as_deployed(kube: Kube, namespace: str, kubeconfig: Path, tmp_path
     ops: list[OperatorProcess] = []
     lease = f"sampledb-operator-{uuid.uuid4().hex[:8]}"
 
-    def start(*args: str, env: dict[str, str] | None = None, **extra_vars: object) -> OperatorProcess:
+    def start(*args: str, env: dict[str, str] | None = None, watch_nodes: bool = False,
+              **extra_vars: object) -> OperatorProcess:
         credentials = {"KUBECONFIG": str(kubeconfig), "K8S_AUTH_KUBECONFIG": str(kubeconfig)}
-        op = OperatorProcess(kube, namespace, tmp_path, sampledb_watches(**{**AS_DEPLOYED_VARS, **extra_vars}),
+        op = OperatorProcess(kube, namespace, tmp_path, sampledb_watches(
+            nodes=watch_nodes, **{**AS_DEPLOYED_VARS, **extra_vars}),
                              ["--ansible-roles-path", str(ROOT / "roles"), *as_deployed_args(lease), *args],
                              {**credentials, **(env or {})}, name=f"sampledb-operator-{len(ops)}")
         ops.append(op.start())

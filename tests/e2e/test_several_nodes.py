@@ -129,7 +129,7 @@ def test_each_node_drained_in_turn_costs_at_most_a_switchover_and_loses_nothing(
     row lost, never two servers taking writes. (The drain evicts the database's servers: the writer and the checker
     stay where they are, as a user's clients elsewhere would. A drained server's volume is on its node, so its pod
     waits there until the uncordon.)"""
-    nodes_sampledb_operator()
+    nodes_sampledb_operator(watch_nodes=True)
     ns, name = nodes_namespace, "drn"
     _, servers, checker, writer = under_writes(nodes, ns, name, replicas=3)
     assert len({nodes.core.read_namespaced_pod(p, ns).spec.node_name for p in servers}) == 3

@@ -65,11 +65,12 @@ def sampledb_operators(kube: Kube, namespace: str, sampledb_crds: None, tmp_path
                        request: pytest.FixtureRequest) -> Iterator[Callable[..., OperatorProcess]]:
     """Starts the SampleDB operator (this repository's watches.yaml and roles) on the test's namespace, with
     kwok's stage delays shortened for the database pods and every Job; keyword arguments become watch vars
-    of both kinds (a role's knobs). Stops it afterwards and shows its log if the test failed."""
+    of every kind (a role's knobs), ``watch_nodes`` adds its watch of Nodes. Stops it afterwards and shows its log if the test failed."""
     ops: list[OperatorProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, **extra_vars: object) -> OperatorProcess:
-        op = OperatorProcess(kube, namespace, tmp_path, sampledb_watches(**extra_vars),
+    def start(*args: str, env: dict[str, str] | None = None, watch_nodes: bool = False,
+              **extra_vars: object) -> OperatorProcess:
+        op = OperatorProcess(kube, namespace, tmp_path, sampledb_watches(nodes=watch_nodes, **extra_vars),
                              ["--ansible-roles-path", str(ROOT / "roles"), *args], dict(env or {}),
                              name=f"sampledb-operator-{len(ops)}")
         ops.append(op.start())

@@ -331,7 +331,7 @@ def test_a_drain_of_the_primarys_node_switches_over_first_then_evicts_it(
     """`kubectl drain` of the primary's node: the primary's disruption budget refuses its eviction, the rollout role
     sees the node cordoned and switches over to a replica on another node (the old primary is fenced, relabelled
     replica, before its pod goes), the old primary's pod is evicted and made again elsewhere, and the drain
-    completes, with no failover. On three kwok nodes of the test's own,
+    completes, with no failover. The operator watches Nodes: the cordon brings the SampleDB back at once. On three kwok nodes of the test's own,
     which only this database tolerates (spec.affinity's nodeSelector and tolerations), so that the cordon and the
     evictions touch no other test's pods. (kwok's servers do not follow their labels: the old primary's pod is
     deleted once the fence timeout is over, as a hung primary's would be.)"""
@@ -345,7 +345,7 @@ def test_a_drain_of_the_primarys_node_switches_over_first_then_evicts_it(
             "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "20"},
                        "capacity": {"cpu": "8", "memory": "32Gi", "pods": "20"}}})
     try:
-        sampledb_operators(fence_timeout_seconds=3)
+        sampledb_operators(fence_timeout_seconds=3, watch_nodes=True)
         kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sample(
             "dr", replicas=2, affinity={"nodeSelector": {"sampledb-test": tag}, "tolerations": [
                 {"key": "sampledb-test", "operator": "Equal", "value": tag, "effect": "NoSchedule"}]}))
@@ -369,6 +369,9 @@ def test_a_drain_of_the_primarys_node_switches_over_first_then_evicts_it(
         switched = events(kube, namespace, "SwitchedOver")
         assert switched and new in switched[-1].message, [e.message for e in switched]
         assert not events(kube, namespace, "FailedOver")
+        # the cordon itself brought the SampleDB back (the operator watches Nodes), not its next resync
+        annotations = get(kube, namespace, "dr")["metadata"].get("annotations") or {}
+        assert annotations.get("sampledb.example.com/primary-node-cordoned", "").split()[:1] == [before[old]], annotations
         now = wait_for("the old primary made again on another node", lambda: (p := placed()).get(old) and p,
                        timeout=120)
         assert now[old] != before[old] and now[new] != before[old], now

@@ -95,7 +95,7 @@ def test_an_operator_without_a_permission_its_roles_use_stops_at_start_naming_it
     """deploy/rbac without pods/exec (a failover could not read the replicas' WAL positions) or storageclasses: the
     operator asks the API server for every verb of its ClusterRole at start-up and stops, naming each one missing."""
     config = str(sa_kubeconfig(kube, namespace, rbac, tmp_path / "sa-kubeconfig"))
-    op = OperatorProcess(kube, namespace, tmp_path, sampledb_watches(),
+    op = OperatorProcess(kube, namespace, tmp_path, sampledb_watches(nodes=True),
                          ["--ansible-roles-path", str(ROOT / "roles"),
                           "--required-permissions", str(ROOT / "deploy" / "rbac" / "role.yaml")],
                          {"KUBECONFIG": config, "K8S_AUTH_KUBECONFIG": config})
