@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -70,13 +71,14 @@ exec sleep infinity
 
 
 def _script_pod(name: str, image: str, database: str, script: str, env: dict[str, str],
-                avoid_node: str | None = None) -> dict:
-    """A bash script as uid 999 with the database's app credentials as PGUSER/PGPASSWORD; with ``avoid_node``, on
-    any other node (where a fault of that node leaves it running)."""
+                avoid_node: str | Sequence[str] | None = None) -> dict:
+    """A bash script as uid 999 with the database's app credentials as PGUSER/PGPASSWORD; with ``avoid_node`` (a node
+    or several), on any other node (where a fault of that node leaves it running)."""
+    avoided = [avoid_node] if isinstance(avoid_node, str) else list(avoid_node or [])
     secret = f"{database}-credentials"
     placement = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [avoid_node]}]}]}}}} \
-        if avoid_node else {}
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": avoided}]}]}}}} \
+        if avoided else {}
     pod = simple_pod(name, ["bash", "-c", script], image=image,
                      securityContext={"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": True}, **placement)
     pod["spec"]["containers"][0]["env"] = [{"name": k, "value": v} for k, v in env.items()] + [
@@ -130,7 +132,7 @@ def table_rows(kube: Kube, namespace: str, pod: str) -> set[int]:
 
 class Writer(_ScriptPod):
     def __init__(self, kube: Kube, namespace: str, database: str, image: str, name: str = "writer",
-                 start: int = 0, avoid_node: str | None = None) -> None:
+                 start: int = 0, avoid_node: str | Sequence[str] | None = None) -> None:
         """``start``: the rows go on from there (a database restored from one that a writer wrote already)."""
         host = f"{database}-primary.{namespace}.svc"
         super().__init__(kube, namespace, name, _script_pod(name, image, database, _WRITER,
@@ -160,7 +162,7 @@ class Writer(_ScriptPod):
 
 class PrimaryChecker(_ScriptPod):
     def __init__(self, kube: Kube, namespace: str, database: str, servers: list[str], image: str,
-                 name: str = "checker", avoid_node: str | None = None) -> None:
+                 name: str = "checker", avoid_node: str | Sequence[str] | None = None) -> None:
         env = {"SERVERS": " ".join(servers), "HEADLESS": f"{database}-headless.{namespace}.svc"}
         super().__init__(kube, namespace, name, _script_pod(name, image, database, _CHECKER, env, avoid_node))
 

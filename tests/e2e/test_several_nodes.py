@@ -13,13 +13,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+import yaml
 
 from localcluster.cluster import LocalCluster
 from localcluster.netnode import Fault
 from tests.kube import Kube, explained_by_containers, wait_for
-from tests.realnode import NODES_CLUSTER_NAME, NODES_LANE, STOP_NODES_AFTER, psql_in_server
-from tests.sampledb import events, get
-from tests.writes import assert_safe, server_history, under_writes
+from tests.operator import ROOT, install_sampledb_crds
+from tests.realnode import (
+    NODES_CLUSTER_NAME,
+    NODES_LANE,
+    POSTGRES_IMAGE,
+    STOP_NODES_AFTER,
+    psql_in_server,
+    ready_database,
+)
+from tests.sampledb import GROUP, PLURAL, VERSION, events, get, roles
+from tests.writes import PrimaryChecker, Writer, assert_safe, server_history, under_writes
 
 TERM = 15  # spec.failover.termSeconds (the roles' default, given here so that the check below follows it)
 
@@ -164,3 +173,115 @@ def test_each_node_drained_in_turn_costs_at_most_a_switchover_and_loses_nothing(
     for node, held, gap in gaps:
         print(f"drain of {node} ({'the primary' if held else 'a replica'}'s node): write gap {gap:.1f} s")
     print(f"{len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed")
+
+
+OPERATOR_NAMESPACE = "sampledb-system"  # deploy/default's
+PLACEMENT_LABEL = "sampledb.example.com/test-placement"
+
+
+@pytest.fixture
+def operator_in_cluster(nodes: Kube, nodes_namespace: str) -> Iterator[None]:
+    """The operator exactly as `kubectl apply -k deploy/default` runs it (its image, ServiceAccount, ClusterRole, two
+    replicas on different nodes electing a leader), but watching only this test's namespace, so that it shares no
+    database with the other tests' operators. Afterwards the namespace goes while it still runs (its SampleDBs'
+    finalizers), then its Deployment."""
+    install_sampledb_crds(nodes)
+    docs = list(yaml.safe_load_all(nodes.kubectl("kustomize", str(ROOT / "deploy" / "default")).stdout))
+    for d in docs:
+        if d["kind"] == "Deployment":
+            container = d["spec"]["template"]["spec"]["containers"][0]
+            container["env"] = [{"name": "WATCH_NAMESPACE", "value": nodes_namespace}
+                                if e["name"] == "WATCH_NAMESPACE" else e for e in container["env"]]
+    docs = [d for d in docs if d["kind"] != "CustomResourceDefinition"]
+    nodes.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
+    try:
+        nodes.kubectl("-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/sampledb-operator", "--timeout=180s",
+                      timeout=200)
+        yield
+    finally:
+        nodes.core.delete_namespace(nodes_namespace, propagation_policy="Background")
+        wait_for("the test's SampleDBs to be let go with their namespace", lambda: not nodes.custom.
+                 list_namespaced_custom_object(GROUP, VERSION, nodes_namespace, PLURAL)["items"], timeout=300)
+        nodes.kubectl("-n", OPERATOR_NAMESPACE, "delete", "deployment", "sampledb-operator", "--wait=true",
+                      "--timeout=120s", check=False, timeout=150)
+
+
+def _operator_pods(kube: Kube) -> dict[str, str]:
+    return {p.metadata.name: p.spec.node_name for p in kube.core.list_namespaced_pod(
+        OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/name=sampledb-operator").items
+        if not p.metadata.deletion_timestamp}
+
+
+def _leading_operator(kube: Kube) -> str:
+    holder = kube.coordination.read_namespaced_lease("sampledb-operator", OPERATOR_NAMESPACE).spec.holder_identity
+    return (holder or "").split("_")[0]
+
+
+@NODES_LANE
+def test_the_leading_operators_node_lost_during_a_failover_the_other_operator_completes_it(
+        nodes: Kube, nodes_cluster, healthy_nodes: None, nodes_namespace: str, operator_in_cluster: None) -> None:
+    """Two servers on two nodes, the operator's two replicas on the third node and on the replica's node. The
+    primary's node is powered off; once the failover is under way (recorded in the database's Lease), the node of the
+    operator that leads is powered off too: the other operator takes the lead and completes the failover, no
+    acknowledged row is lost, and once both nodes are back the old primary rejoins as a replica. (In sync mode the
+    new primary's commits wait for a standby: with two servers, writes resume when the old primary has rejoined.)"""
+    ns, name = nodes_namespace, "opn"
+    operators = wait_for("the two operators on different nodes, one leading", lambda: (
+        ops := _operator_pods(nodes)) and len(set(ops.values())) == 2 and _leading_operator(nodes) in ops and ops,
+        timeout=120, interval=2)
+    leader = _leading_operator(nodes)
+    leader_node = operators[leader]
+    standby_node = next(n for p, n in operators.items() if p != leader)
+    spare = next(n.metadata.name for n in nodes.core.list_node().items
+                 if n.metadata.name not in (leader_node, standby_node))
+    for node in (spare, standby_node):
+        nodes.kubectl("label", "node", node, f"{PLACEMENT_LABEL}={ns}", "--overwrite")
+    try:
+        db = ready_database(nodes, ns, name, replicas=2, affinity={"nodeSelector": {PLACEMENT_LABEL: ns}})
+        old = db["status"]["currentPrimary"]
+        placed = {p: nodes.core.read_namespaced_pod(p, ns).spec.node_name for p in roles(nodes, ns, name)}
+        assert sorted(placed.values()) == sorted([spare, standby_node]), placed
+        if placed[old] != spare:  # the primary on the node without an operator
+            other = next(p for p in placed if p != old)
+            nodes.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, {"metadata": {
+                "annotations": {"sampledb.example.com/switchover-to": other}}})
+            wait_for(f"{other} to be the primary", lambda: (st := get(nodes, ns, name)["status"]).get(
+                "currentPrimary") == other and st.get("phase") == "Ready", timeout=180, interval=2)
+            old = other
+        servers = sorted(placed)
+        # the writer and the checker on the one node that stays up
+        checker = PrimaryChecker(nodes, ns, name, servers, POSTGRES_IMAGE, avoid_node=[spare, leader_node])
+        writer = Writer(nodes, ns, name, POSTGRES_IMAGE, avoid_node=[spare, leader_node])
+        writer.wait_for_more(10)
+        cut = time.time()
+        try:
+            print(nodes_cluster.fault(spare, Fault.POWEROFF))
+            wait_for("the failover to be under way", lambda: (nodes.coordination.read_namespaced_lease(
+                f"{name}-primary", ns).metadata.annotations or {}).get("sampledb.example.com/fencing") == old,
+                timeout=240, interval=1)
+            lost = time.time()
+            print(nodes_cluster.fault(leader_node, Fault.POWEROFF))
+            new = wait_for("the other operator to promote a replica", lambda: (
+                p := get(nodes, ns, name)["status"].get("currentPrimary")) not in (None, old) and p,
+                timeout=300, interval=1)
+            done = time.time()
+            assert _leading_operator(nodes) != leader
+        finally:
+            print(nodes_cluster.fault(leader_node, Fault.POWERON))
+            print(nodes_cluster.fault(spare, Fault.POWERON))
+        # (sync mode with two servers: the new primary's commits wait for a standby, the old primary once it rejoins)
+        writer.wait_for_more(20, timeout=300)
+        gap = writer.writes().longest_gap(cut)
+        with explained_by_containers(nodes, ns, name):
+            wait_for(f"{old} back as a replica", lambda: psql_in_server(
+                nodes, ns, old, "select pg_is_in_recovery()", check=False) == "t", timeout=300, interval=2)
+        writes = writer.stop()
+        assert assert_safe(nodes, ns, name, writes, checker.stop(), servers) == new
+        failed_over = events(nodes, ns, "FailedOver")
+        assert failed_over and f"promoted {new}" in failed_over[-1].message, [e.message for e in failed_over]
+        print(f"primary's node {spare} and then the leading operator's node {leader_node} powered off: {old} → {new} "
+              f"{done - lost:.1f} s after the operator's loss; write gap {gap:.1f} s; {len(writes.acked)} rows "
+              f"acknowledged; FailedOver: {failed_over[-1].message}")
+    finally:
+        for node in (spare, standby_node):
+            nodes.kubectl("label", "node", node, f"{PLACEMENT_LABEL}-", check=False)
