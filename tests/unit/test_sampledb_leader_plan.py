@@ -494,3 +494,27 @@ def test_a_new_database_is_given_its_first_server_before_any_pod_exists_and_keep
     assert (p["target"], p["bootstrap"]) == ("db-0", "")
     told = leader.sampledb_server_metadata([initialised, pod("db-1")], p, {})
     assert told == [{"name": "db-0", "labels": {}, "annotations": {"sampledb.example.com/bootstrap": None}}]
+
+
+def test_a_failovers_run_waits_until_the_old_primarys_term_is_over() -> None:
+    """A lost node never shows its primary's stop: the run that fences waits until the term is over (and promotes
+    then), not only failover_wait_seconds, and never longer than the fence timeout."""
+    pods = [termed(pod("db-0", ready=False)), termed(pod("db-1")), termed(pod("db-2"))]
+    fenced = {**fencing("db-0", "db-1", since=NOW)["metadata"]["annotations"], leader.PRIMARY_TERM: "uid-db-0 15 10",
+              leader.FENCING_WRITTEN: NOW}
+    p = plan(pods, lease("", **fenced))
+    assert p["fencing"] == "db-0"
+    # written at 10:00:30: over at 10:00:59 (1 + 15 + 10 + 3)
+    assert leader.sampledb_fence_wait(p, NOW, 15, 30, 3) == 30  # 29 s + 1, within the fence timeout
+    assert leader.sampledb_fence_wait(p, NOW, 15, 60, 3) == 30
+    assert leader.sampledb_fence_wait(p, "2026-11-24T10:00:50Z", 15, 30, 3) == 15  # its own wait is longer
+    assert leader.sampledb_fence_wait(p, "2026-11-24T10:01:30Z", 15, 30, 3) == 15
+    assert not leader.sampledb_term_over(p, "2026-11-24T10:00:58Z", 3)
+    assert leader.sampledb_term_over(p, "2026-11-24T10:00:59Z", 3)
+    # no term known for that pod, one server, or nothing being fenced: the plain wait, and no term over
+    unknown = plan(pods, lease("", **{**fenced, leader.PRIMARY_TERM: "uid-another 15 10"}))
+    assert leader.sampledb_fence_wait(unknown, NOW, 15, 30, 3) == 15
+    assert not leader.sampledb_term_over(unknown, "2026-11-24T11:00:00Z", 3)
+    assert leader.sampledb_fence_wait(p, NOW, 15, 30, 1) == 15
+    settled = plan([termed(primary("db-0")), termed(pod("db-1"))], lease("db-0"))
+    assert leader.sampledb_fence_wait(settled, NOW, 20, 30, 2) == 20 and not leader.sampledb_term_over(settled, NOW, 2)

@@ -159,6 +159,37 @@ def _progress(state: dict) -> tuple[int, int]:
     return (int(state.get("timeline") or 0), sampledb_lsn(state.get("lsn")) or -1)
 
 
+def _term_end(record: str, pod_uid: str, written: str, replicas: int, margin) -> datetime | None:
+    """When the fenced primary's term has certainly run out (None when its pod enforces none we know of, or the
+    fence is not written yet): a read of the Lease naming it was sent before the fence's write, so its server
+    stops taking writes a term after that write, and is ended a stop time later if it has not stopped."""
+    fields = record.split()
+    if (replicas <= 1 or len(fields) != 3 or fields[0] != pod_uid or not all(f.isdigit() for f in fields[1:])
+            or _time(written) is None):
+        return None
+    # (times here are to the second, cut short: the write came before the second after the one written)
+    return _time(written) + timedelta(seconds=1 + int(fields[1]) + int(fields[2]) + int(margin))
+
+
+def sampledb_fence_wait(plan: dict, now: str, wait_seconds, fence_timeout_seconds, replicas, margin=3) -> int:
+    """How long a run waits for the old primary the plan is fencing to stop: ``wait_seconds``, or until its term is
+    over if that comes later (an old primary whose node is lost never shows its stop: the run then promotes on the
+    term without waiting for the next), never longer than the fence timeout."""
+    annotations = plan.get("annotations") or {}
+    end = _term_end(annotations.get(PRIMARY_TERM) or "", annotations.get(FENCING_UID) or "",
+                    annotations.get(FENCING_WRITTEN) or "", int(replicas), margin) if plan.get("fencing") else None
+    until_end = int((end - _time(now)).total_seconds()) + 1 if end and _time(now) else 0
+    return max(0, min(max(int(wait_seconds), until_end), int(fence_timeout_seconds)))
+
+
+def sampledb_term_over(plan: dict, now: str, replicas, margin=3) -> bool:
+    """Whether the term of the old primary the plan is fencing is over at ``now`` (see _term_end)."""
+    annotations = plan.get("annotations") or {}
+    end = _term_end(annotations.get(PRIMARY_TERM) or "", annotations.get(FENCING_UID) or "",
+                    annotations.get(FENCING_WRITTEN) or "", int(replicas), margin) if plan.get("fencing") else None
+    return bool(end and _time(now) and _time(now) >= end)
+
+
 def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, switchover_to="",
                          switchover_reason="upgrade", requested="", database="", hold=False,
                          fence_timeout_seconds=30, positions=None, max_lag=None, fenced="", uid="",
@@ -292,15 +323,7 @@ def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, 
         return best, ""
 
     def term_ends(old: str, pod_uid: str, written: str) -> datetime | None:
-        """When the fenced primary's term has certainly run out (None when its pod enforces none we know of, or the
-        fence is not written yet): a read of the Lease naming it was sent before the fence's write, so its server
-        stops taking writes a term after that write, and is ended a stop time later if it has not stopped."""
-        record = (annotations.get(PRIMARY_TERM) or "").split()
-        if (replicas <= 1 or len(record) != 3 or record[0] != pod_uid or not all(f.isdigit() for f in record[1:])
-                or _time(written) is None):
-            return None
-        # (times here are to the second, cut short: the write came before the second after the one written)
-        return _time(written) + timedelta(seconds=1 + int(record[1]) + int(record[2]) + int(term_margin_seconds))
+        return _term_end(annotations.get(PRIMARY_TERM) or "", pod_uid, written, replicas, term_margin_seconds)
 
     def fence(old: str, new: str, reason: str, since: str, pod_uid: str, stopped: bool = False) -> dict:
         # (this run read the fence from the Lease: it was written before now)
@@ -668,4 +691,5 @@ class FilterModule:
                 "sampledb_server_metadata": sampledb_server_metadata,
                 "sampledb_identity_due": sampledb_identity_due,
                 "sampledb_identity_record": sampledb_identity_record,
-                "sampledb_leader_events": sampledb_leader_events, "sampledb_fence_written": sampledb_fence_written}
+                "sampledb_leader_events": sampledb_leader_events, "sampledb_fence_written": sampledb_fence_written,
+                "sampledb_fence_wait": sampledb_fence_wait, "sampledb_term_over": sampledb_term_over}
