@@ -160,7 +160,7 @@ def test_each_node_drained_in_turn_costs_at_most_a_switchover_and_loses_nothing(
                 assert get(nodes, ns, name)["status"]["currentPrimary"] == primary
             writer.wait_for_more(5)
         finally:
-            nodes.kubectl("uncordon", node)
+            nodes.kubectl("uncordon", node, check=False)
         gaps.append((node, held_primary, writer.writes().longest_gap(began, time.time())))
         with explained_by_containers(nodes, ns, name):
             wait_for(f"{name} Ready with its three servers after {node}'s uncordon", lambda: (
@@ -187,23 +187,29 @@ def operator_in_cluster(nodes: Kube, nodes_namespace: str) -> Iterator[None]:
     finalizers), then its Deployment."""
     install_sampledb_crds(nodes)
     docs = list(yaml.safe_load_all(nodes.kubectl("kustomize", str(ROOT / "deploy" / "default")).stdout))
-    for d in docs:
-        if d["kind"] == "Deployment":
-            container = d["spec"]["template"]["spec"]["containers"][0]
-            container["env"] = [{"name": "WATCH_NAMESPACE", "value": nodes_namespace}
-                                if e["name"] == "WATCH_NAMESPACE" else e for e in container["env"]]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    (watched,) = [e for e in env if e["name"] == "WATCH_NAMESPACE"]  # (else it would watch every test's namespace)
+    watched["value"] = nodes_namespace
     docs = [d for d in docs if d["kind"] != "CustomResourceDefinition"]
-    nodes.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
+
+    def remove() -> None:
+        nodes.kubectl("-n", OPERATOR_NAMESPACE, "delete", "deployment", "sampledb-operator", "--ignore-not-found",
+                      "--wait=true", "--timeout=120s", check=False, timeout=150)
+
+    remove()  # (one an interrupted session left would watch another namespace)
     try:
+        nodes.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
         nodes.kubectl("-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment/sampledb-operator", "--timeout=180s",
                       timeout=200)
         yield
     finally:
-        nodes.core.delete_namespace(nodes_namespace, propagation_policy="Background")
-        wait_for("the test's SampleDBs to be let go with their namespace", lambda: not nodes.custom.
-                 list_namespaced_custom_object(GROUP, VERSION, nodes_namespace, PLURAL)["items"], timeout=300)
-        nodes.kubectl("-n", OPERATOR_NAMESPACE, "delete", "deployment", "sampledb-operator", "--wait=true",
-                      "--timeout=120s", check=False, timeout=150)
+        try:
+            nodes.core.delete_namespace(nodes_namespace, propagation_policy="Background")
+            wait_for("the test's SampleDBs to be let go with their namespace", lambda: not nodes.custom.
+                     list_namespaced_custom_object(GROUP, VERSION, nodes_namespace, PLURAL)["items"], timeout=300)
+        finally:
+            remove()
 
 
 def _operator_pods(kube: Kube) -> dict[str, str]:
@@ -234,9 +240,9 @@ def test_the_leading_operators_node_lost_during_a_failover_the_other_operator_co
     standby_node = next(n for p, n in operators.items() if p != leader)
     spare = next(n.metadata.name for n in nodes.core.list_node().items
                  if n.metadata.name not in (leader_node, standby_node))
-    for node in (spare, standby_node):
-        nodes.kubectl("label", "node", node, f"{PLACEMENT_LABEL}={ns}", "--overwrite")
     try:
+        for node in (spare, standby_node):
+            nodes.kubectl("label", "node", node, f"{PLACEMENT_LABEL}={ns}", "--overwrite")
         db = ready_database(nodes, ns, name, replicas=2, affinity={"nodeSelector": {PLACEMENT_LABEL: ns}})
         old = db["status"]["currentPrimary"]
         placed = {p: nodes.core.read_namespaced_pod(p, ns).spec.node_name for p in roles(nodes, ns, name)}
@@ -259,6 +265,7 @@ def test_the_leading_operators_node_lost_during_a_failover_the_other_operator_co
             wait_for("the failover to be under way", lambda: (nodes.coordination.read_namespaced_lease(
                 f"{name}-primary", ns).metadata.annotations or {}).get("sampledb.example.com/fencing") == old,
                 timeout=240, interval=1)
+            assert _leading_operator(nodes) == leader, "the lead moved before the fault: the set-up no longer holds"
             lost = time.time()
             print(nodes_cluster.fault(leader_node, Fault.POWEROFF))
             new = wait_for("the other operator to promote a replica", lambda: (
