@@ -516,5 +516,12 @@ def test_a_failovers_run_waits_until_the_old_primarys_term_is_over() -> None:
     assert leader.sampledb_fence_wait(unknown, NOW, 15, 30, 3) == 15
     assert not leader.sampledb_term_over(unknown, "2026-11-24T11:00:00Z", 3)
     assert leader.sampledb_fence_wait(p, NOW, 15, 30, 1) == 15
+    # the run that begins the change keeps its usual wait: status then says FailingOver while the term runs
+    began = plan([termed(primary("db-0", ready=False)), termed(pod("db-1")), termed(pod("db-2"))],
+                 unready_since("db-0", **{leader.PRIMARY_TERM: "uid-db-0 15 10"}),
+                 states={"db-1": state("0/9"), "db-2": state("0/9")})
+    began = {**began, "annotations": {**began["annotations"], leader.FENCING_WRITTEN: NOW}}
+    assert began["began"] and began["fencing"] == "db-0", began["message"]
+    assert leader.sampledb_fence_wait(began, NOW, 15, 30, 3) == 15
     settled = plan([termed(primary("db-0")), termed(pod("db-1"))], lease("db-0"))
     assert leader.sampledb_fence_wait(settled, NOW, 20, 30, 2) == 20 and not leader.sampledb_term_over(settled, NOW, 2)

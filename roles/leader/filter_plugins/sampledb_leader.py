@@ -172,12 +172,14 @@ def _term_end(record: str, pod_uid: str, written: str, replicas: int, margin) ->
 
 
 def sampledb_fence_wait(plan: dict, now: str, wait_seconds, fence_timeout_seconds, replicas, margin=3) -> int:
-    """How long a run waits for the old primary the plan is fencing to stop: ``wait_seconds``, or until its term is
-    over if that comes later (an old primary whose node is lost never shows its stop: the run then promotes on the
-    term without waiting for the next), never longer than the fence timeout."""
+    """How long a run waits for the old primary the plan is fencing to stop: ``wait_seconds``, or, in a run after the
+    one that began the change, until its term is over if that comes later (an old primary whose node is lost never
+    shows its stop: the run then promotes on the term without leaving it to the next), never longer than the fence
+    timeout. (The run that begins a change keeps its usual wait, so that status says the change is under way.)"""
     annotations = plan.get("annotations") or {}
     end = _term_end(annotations.get(PRIMARY_TERM) or "", annotations.get(FENCING_UID) or "",
-                    annotations.get(FENCING_WRITTEN) or "", int(replicas), margin) if plan.get("fencing") else None
+                    annotations.get(FENCING_WRITTEN) or "", int(replicas), margin) \
+        if plan.get("fencing") and not plan.get("began") else None
     until_end = int((end - _time(now)).total_seconds()) + 1 if end and _time(now) else 0
     return max(0, min(max(int(wait_seconds), until_end), int(fence_timeout_seconds)))
 
