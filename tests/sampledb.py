@@ -75,3 +75,11 @@ def backup_named(kube: Kube, namespace: str, database: str, reason: str) -> str:
     mine = [b for b in items if b["spec"].get("database") == database and b["spec"].get("reason") == reason]
     mine.sort(key=lambda b: b["metadata"]["creationTimestamp"])
     return mine[-1]["metadata"]["name"] if mine else ""
+
+
+def let_namespace_go(kube: Kube, namespace: str, timeout: float = 180) -> None:
+    """Deletes the test's namespace while its operator still runs, so that its SampleDBs' finalizers let them go
+    (and their servers stop) instead of leaving the namespace Terminating on this shared cluster."""
+    kube.core.delete_namespace(namespace, propagation_policy="Background")
+    wait_for("the test's SampleDBs to be let go with their namespace", lambda: not kube.custom.
+             list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"], timeout=timeout)

@@ -25,7 +25,7 @@ from tests.realnode import (
     deployed_credentials,
     process_alive,
 )
-from tests.sampledb import GROUP, PLURAL, VERSION
+from tests.sampledb import GROUP, PLURAL, VERSION, let_namespace_go
 
 _RUN_DIR = pytest.StashKey[Path]()
 OWN_CLUSTER_LANE = "e2e-nodes"  # its tests run on the cluster of several nodes, never on the real node
@@ -181,12 +181,9 @@ def operators_as_deployed(kube: Kube, namespace: str, kubeconfig: Path, tmp_path
         except Exception as exc:  # (what is shown on failure must not keep the namespace from going)
             print(f"(the restarted containers could not be read: {exc})")
     if ops:
-        # The namespace goes while the operator still runs, so that its SampleDBs' finalizers let them go
-        # (and their servers stop) instead of leaving the namespace Terminating on this shared cluster.
-        kube.core.delete_namespace(namespace, propagation_policy="Background")
-        wait_for("the test's SampleDBs to be let go with their namespace", lambda: not kube.custom.
-                 list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"], timeout=180)
+        let_namespace_go(kube, namespace)
     stop_all(ops, request)
+
 
 
 @pytest.fixture

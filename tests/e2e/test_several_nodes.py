@@ -27,7 +27,7 @@ from tests.realnode import (
     psql_in_server,
     ready_database,
 )
-from tests.sampledb import GROUP, PLURAL, VERSION, events, get, roles
+from tests.sampledb import GROUP, PLURAL, VERSION, events, get, let_namespace_go, roles
 from tests.writes import PrimaryChecker, Writer, assert_safe, server_history, under_writes
 
 TERM = 15  # spec.failover.termSeconds (the roles' default, given here so that the check below follows it)
@@ -205,9 +205,7 @@ def operator_in_cluster(nodes: Kube, nodes_namespace: str) -> Iterator[None]:
         yield
     finally:
         try:
-            nodes.core.delete_namespace(nodes_namespace, propagation_policy="Background")
-            wait_for("the test's SampleDBs to be let go with their namespace", lambda: not nodes.custom.
-                     list_namespaced_custom_object(GROUP, VERSION, nodes_namespace, PLURAL)["items"], timeout=300)
+            let_namespace_go(nodes, nodes_namespace, timeout=300)
         finally:
             remove()
 

@@ -504,24 +504,22 @@ def test_a_failovers_run_waits_until_the_old_primarys_term_is_over() -> None:
               leader.FENCING_WRITTEN: NOW}
     p = plan(pods, lease("", **fenced))
     assert p["fencing"] == "db-0"
-    # written at 10:00:30: over at 10:00:59 (1 + 15 + 10 + 3)
-    assert leader.sampledb_fence_wait(p, NOW, 15, 30, 3) == 30  # 29 s + 1, within the fence timeout
-    assert leader.sampledb_fence_wait(p, NOW, 15, 60, 3) == 30
-    assert leader.sampledb_fence_wait(p, "2026-11-24T10:00:50Z", 15, 30, 3) == 15  # its own wait is longer
-    assert leader.sampledb_fence_wait(p, "2026-11-24T10:01:30Z", 15, 30, 3) == 15
-    assert not leader.sampledb_term_over(p, "2026-11-24T10:00:58Z", 3)
-    assert leader.sampledb_term_over(p, "2026-11-24T10:00:59Z", 3)
-    # no term known for that pod, one server, or nothing being fenced: the plain wait, and no term over
+    # written at 10:00:30: over at 10:00:59 (1 + 15 + 10 + 3), what the role's wait compares the time with
+    assert p["term_end"] == "2026-11-24T10:00:59Z"
+    assert leader.sampledb_fence_wait(p, NOW, 15, 30) == 30  # 29 s + 1, within the fence timeout
+    assert leader.sampledb_fence_wait(p, NOW, 15, 60) == 30
+    assert leader.sampledb_fence_wait(p, "2026-11-24T10:00:50Z", 15, 30) == 15  # its own wait is longer
+    assert leader.sampledb_fence_wait(p, "2026-11-24T10:01:30Z", 15, 30) == 15
+    # no term known for that pod, one server, or nothing being fenced: the plain wait, and no term's end
     unknown = plan(pods, lease("", **{**fenced, leader.PRIMARY_TERM: "uid-another 15 10"}))
-    assert leader.sampledb_fence_wait(unknown, NOW, 15, 30, 3) == 15
-    assert not leader.sampledb_term_over(unknown, "2026-11-24T11:00:00Z", 3)
-    assert leader.sampledb_fence_wait(p, NOW, 15, 30, 1) == 15
+    assert unknown["term_end"] == "" and leader.sampledb_fence_wait(unknown, NOW, 15, 30) == 15
+    alone = plan(pods, lease("", **fenced), replicas=1)
+    assert alone["term_end"] == "" and leader.sampledb_fence_wait(alone, NOW, 15, 30) == 15
     # the run that begins the change keeps its usual wait: status then says FailingOver while the term runs
     began = plan([termed(primary("db-0", ready=False)), termed(pod("db-1")), termed(pod("db-2"))],
                  unready_since("db-0", **{leader.PRIMARY_TERM: "uid-db-0 15 10"}),
                  states={"db-1": state("0/9"), "db-2": state("0/9")})
-    began = {**began, "annotations": {**began["annotations"], leader.FENCING_WRITTEN: NOW}}
     assert began["began"] and began["fencing"] == "db-0", began["message"]
-    assert leader.sampledb_fence_wait(began, NOW, 15, 30, 3) == 15
+    assert leader.sampledb_fence_wait({**began, "term_end": "2026-11-24T10:00:59Z"}, NOW, 15, 30) == 15
     settled = plan([termed(primary("db-0")), termed(pod("db-1"))], lease("db-0"))
-    assert leader.sampledb_fence_wait(settled, NOW, 20, 30, 2) == 20 and not leader.sampledb_term_over(settled, NOW, 2)
+    assert settled["term_end"] == "" and leader.sampledb_fence_wait(settled, NOW, 20, 30) == 20

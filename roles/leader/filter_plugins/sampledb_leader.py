@@ -159,37 +159,14 @@ def _progress(state: dict) -> tuple[int, int]:
     return (int(state.get("timeline") or 0), sampledb_lsn(state.get("lsn")) or -1)
 
 
-def _term_end(record: str, pod_uid: str, written: str, replicas: int, margin) -> datetime | None:
-    """When the fenced primary's term has certainly run out (None when its pod enforces none we know of, or the
-    fence is not written yet): a read of the Lease naming it was sent before the fence's write, so its server
-    stops taking writes a term after that write, and is ended a stop time later if it has not stopped."""
-    fields = record.split()
-    if (replicas <= 1 or len(fields) != 3 or fields[0] != pod_uid or not all(f.isdigit() for f in fields[1:])
-            or _time(written) is None):
-        return None
-    # (times here are to the second, cut short: the write came before the second after the one written)
-    return _time(written) + timedelta(seconds=1 + int(fields[1]) + int(fields[2]) + int(margin))
-
-
-def sampledb_fence_wait(plan: dict, now: str, wait_seconds, fence_timeout_seconds, replicas, margin=3) -> int:
+def sampledb_fence_wait(plan: dict, now: str, wait_seconds, fence_timeout_seconds) -> int:
     """How long a run waits for the old primary the plan is fencing to stop: ``wait_seconds``, or, in a run after the
-    one that began the change, until its term is over if that comes later (an old primary whose node is lost never
-    shows its stop: the run then promotes on the term without leaving it to the next), never longer than the fence
-    timeout. (The run that begins a change keeps its usual wait, so that status says the change is under way.)"""
-    annotations = plan.get("annotations") or {}
-    end = _term_end(annotations.get(PRIMARY_TERM) or "", annotations.get(FENCING_UID) or "",
-                    annotations.get(FENCING_WRITTEN) or "", int(replicas), margin) \
-        if plan.get("fencing") and not plan.get("began") else None
+    one that began the change, until its term is over (``term_end``) if that comes later (an old primary whose node is
+    lost never shows its stop: the run then promotes on the term without leaving it to the next), never longer than
+    the fence timeout. (The run that begins a change keeps its usual wait, so that status says it is under way.)"""
+    end = None if plan.get("began") else _time(plan.get("term_end"))
     until_end = int((end - _time(now)).total_seconds()) + 1 if end and _time(now) else 0
     return max(0, min(max(int(wait_seconds), until_end), int(fence_timeout_seconds)))
-
-
-def sampledb_term_over(plan: dict, now: str, replicas, margin=3) -> bool:
-    """Whether the term of the old primary the plan is fencing is over at ``now`` (see _term_end)."""
-    annotations = plan.get("annotations") or {}
-    end = _term_end(annotations.get(PRIMARY_TERM) or "", annotations.get(FENCING_UID) or "",
-                    annotations.get(FENCING_WRITTEN) or "", int(replicas), margin) if plan.get("fencing") else None
-    return bool(end and _time(now) and _time(now) >= end)
 
 
 def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, switchover_to="",
@@ -234,6 +211,7 @@ def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, 
       bootstrap    the server told to initialise a new database ('' when none)
       adopted      the Lease was rebuilt from the one server labelled and serving as the primary
       term_over    the promotion in this run was proven safe by the old primary's term alone
+      term_end     while fencing, when the old primary's term is certainly over ('' when unknown or not written yet)
     """
     del unready_since, positions
     pods = sorted(pods or [], key=lambda p: _ordinal(p["metadata"]["name"]))
@@ -264,7 +242,7 @@ def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, 
     plan = {"target": holder, "current": holder, "fencing": "", "annotations": no_change, "holder": holder,
             "changed": False, "began": False, "promote": "", "reason": "", "evict": "", "message": "",
             "refused": refused, "positions": "", "blocked": "", "read_states": [], "demote": [], "bootstrap": "",
-            "adopted": False, "term_over": False}
+            "adopted": False, "term_over": False, "term_end": ""}
     if foreign:
         plan["message"] = f"the Lease {database}-primary was an earlier database's; it is replaced"
 
@@ -325,7 +303,15 @@ def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, 
         return best, ""
 
     def term_ends(old: str, pod_uid: str, written: str) -> datetime | None:
-        return _term_end(annotations.get(PRIMARY_TERM) or "", pod_uid, written, replicas, term_margin_seconds)
+        """When the fenced primary's term has certainly run out (None when its pod enforces none we know of, or the
+        fence is not written yet): a read of the Lease naming it was sent before the fence's write, so its server
+        stops taking writes a term after that write, and is ended a stop time later if it has not stopped."""
+        record = (annotations.get(PRIMARY_TERM) or "").split()
+        if (replicas <= 1 or len(record) != 3 or record[0] != pod_uid or not all(f.isdigit() for f in record[1:])
+                or _time(written) is None):
+            return None
+        # (times here are to the second, cut short: the write came before the second after the one written)
+        return _time(written) + timedelta(seconds=1 + int(record[1]) + int(record[2]) + int(term_margin_seconds))
 
     def fence(old: str, new: str, reason: str, since: str, pod_uid: str, stopped: bool = False) -> dict:
         # (this run read the fence from the Lease: it was written before now)
@@ -341,6 +327,7 @@ def _leader_plan(pods, lease, now, ready, unready_since=None, grace_seconds=10, 
                if by_term else "has stopped")
         fenced_plan = {**plan, "target": "", "current": old, "holder": "", "fencing": old, "promote": new,
                        "reason": reason, "demote": names,
+                       "term_end": f"{term_end:{TIME_FORMAT}}" if term_end else "",
                        "annotations": {**keep, UNREADY_SINCE: "", FENCING: old, FENCING_UID: pod_uid,
                                        FENCING_SINCE: since, FENCING_WRITTEN: written, PROMOTE: new, REASON: reason}}
         if by_kubelet or by_term:
@@ -694,4 +681,4 @@ class FilterModule:
                 "sampledb_identity_due": sampledb_identity_due,
                 "sampledb_identity_record": sampledb_identity_record,
                 "sampledb_leader_events": sampledb_leader_events, "sampledb_fence_written": sampledb_fence_written,
-                "sampledb_fence_wait": sampledb_fence_wait, "sampledb_term_over": sampledb_term_over}
+                "sampledb_fence_wait": sampledb_fence_wait}
