@@ -307,15 +307,17 @@ class DependentRecords:
             obj = await self.kube.get_or_none(res, owner.namespace, owner.name)
             if obj is None or obj["metadata"].get("uid") != owner.uid:
                 raise NotFound(f"{owner.kind} {owner.namespace}/{owner.name}")
-            if obj["metadata"].get("deletionTimestamp"):  # no finalizer can be added any more
+            meta_now = obj["metadata"]
+            finalizers = list(meta_now.get("finalizers") or [])
+            # An owner being deleted takes no new finalizer, but one that holds the cleanup's already (a run
+            # still under way when it was deleted) is cleaned up after that run: what it creates is recorded.
+            if meta_now.get("deletionTimestamp") and CLEANUP_FINALIZER not in finalizers:
                 raise ApiError(409, "Conflict", f"{owner.kind} {owner.namespace}/{owner.name} is being deleted")
             entries = recorded(obj)
             if entry in entries:
                 return
             if len(entries) >= PRUNE_AT:
                 entries = [e for e in entries if await self._still_there(e)]
-            meta_now = obj["metadata"]
-            finalizers = list(meta_now.get("finalizers") or [])
             patch = {"metadata": {
                 "resourceVersion": meta_now["resourceVersion"],
                 "annotations": {RECORDED_DEPENDENTS_ANNOTATION: json.dumps(

@@ -3,6 +3,7 @@ watches that bring the owner back, garbage collection and the runtime's own clea
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 
@@ -55,7 +56,12 @@ def test_annotated_dependents_are_watched_and_cleaned_up(kube: Kube, namespace: 
         wait_for("the ClusterRole to be recreated", lambda: kube.rbac.read_cluster_role(cr_name), timeout=30)
         obj = widgets.get("far")
         assert "playbook-operator.dev/cleanup-annotated-dependents" in obj["metadata"]["finalizers"]
-        # deleting the owner deletes what garbage collection cannot (no ownerReference across scopes)
+        # deleting the owner deletes what garbage collection cannot (no ownerReference across scopes), also what a
+        # run under way when it was deleted creates
+        started = len(re.findall(r"run start: Widget \S+/far ", op.logs()))
+        widgets.patch("far", {"spec": {"sleep": 6}})
+        op.wait_for_log(r"run start: Widget \S+/far ", count=started + 1)
+        kube.rbac.delete_cluster_role(cr_name)
         widgets.delete("far")
         wait_for("the Widget to be gone", lambda: not widgets.exists("far"), timeout=60)
         assert gone(lambda: kube.rbac.read_cluster_role(cr_name))
