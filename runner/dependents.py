@@ -300,8 +300,16 @@ class DependentRecords:
         self.kube = kube
         self.resource_of = resource_of
 
+    async def hold(self, owner: Owner) -> None:
+        """Before a run creates an annotation-linked object: the owner holds the cleanup's finalizer, so that the
+        object, once recorded, goes with it. Raises ApiError 409 when the owner is being deleted without it (it
+        takes no new finalizer then, and what was created now would be left behind), NotFound when it is gone."""
+        await self._patch(owner, None)
+
     async def record(self, owner: Owner, target: Target, meta: dict[str, Any]) -> None:
-        entry = Recorded(object_path(target, meta), meta["uid"])
+        await self._patch(owner, Recorded(object_path(target, meta), meta["uid"]))
+
+    async def _patch(self, owner: Owner, entry: Recorded | None) -> None:
         res = await self.resource_of(owner.gvk)
         for _ in range(8):
             obj = await self.kube.get_or_none(res, owner.namespace, owner.name)
@@ -314,15 +322,16 @@ class DependentRecords:
             if meta_now.get("deletionTimestamp") and CLEANUP_FINALIZER not in finalizers:
                 raise ApiError(409, "Conflict", f"{owner.kind} {owner.namespace}/{owner.name} is being deleted")
             entries = recorded(obj)
-            if entry in entries:
+            if (entry is None and CLEANUP_FINALIZER in finalizers) or (entry is not None and entry in entries):
                 return
             if len(entries) >= PRUNE_AT:
                 entries = [e for e in entries if await self._still_there(e)]
-            patch = {"metadata": {
+            patch: dict[str, Any] = {"metadata": {
                 "resourceVersion": meta_now["resourceVersion"],
-                "annotations": {RECORDED_DEPENDENTS_ANNOTATION: json.dumps(
-                    [{"path": e.path, "uid": e.uid} for e in [*entries, entry]], separators=(",", ":"))},
                 "finalizers": finalizers + ([CLEANUP_FINALIZER] if CLEANUP_FINALIZER not in finalizers else [])}}
+            if entry is not None:
+                patch["metadata"]["annotations"] = {RECORDED_DEPENDENTS_ANNOTATION: json.dumps(
+                    [{"path": e.path, "uid": e.uid} for e in [*entries, entry]], separators=(",", ":"))}
             try:
                 await self.kube.patch(res, owner.namespace, owner.name, patch)
                 return

@@ -35,7 +35,7 @@ from aiohttp import WSMsgType, hdrs, web
 
 from .apisession import ApiSession, Fenced
 from .config import GVK
-from .kube import METADATA
+from .kube import METADATA, ApiError
 from .ownership import (
     APPLY_PATCH,
     Link,
@@ -185,6 +185,10 @@ class DependentWatcher(Protocol):
 
 
 class DependentRecords(Protocol):
+    async def hold(self, owner: Owner) -> None:
+        """``owner``'s run is about to create an annotation-linked object: the owner holds the cleanup's finalizer
+        (raises when it cannot: the owner is being deleted, or gone)."""
+
     async def record(self, owner: Owner, target: Target, meta: dict[str, Any]) -> None:
         """``owner``'s run created this annotation-linked object: record it on the owner, by UID."""
 
@@ -289,6 +293,18 @@ class OwnerProxy:
                 body, link = await self._link(request, info, target, owner, body or b"")
             except (aiohttp.ClientError, TimeoutError) as exc:
                 return _status(500, f"unable to read {request.path} to decide its owner: {exc}")
+        if link is Link.ANNOTATIONS and request.method in ("POST", "PATCH") and "dryRun" not in request.query:
+            # (what it creates is recorded on the owner, which must hold the cleanup's finalizer first: an owner
+            # being deleted takes none, and an object created then would be left behind)
+            try:
+                await self.records.hold(owner)
+            except ApiError as exc:
+                return _status(exc.status if exc.status in (404, 409) else 500,
+                               f"not created: it would outlive its owner {owner.kind} {owner.namespace}/{owner.name}"
+                               f", which could not hold the finalizer that deletes it ({exc})")
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                return _status(500, f"not created: the owner {owner.kind} {owner.namespace}/{owner.name} could not "
+                                    f"be given the finalizer that deletes it ({exc})")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         write_key = None
         if info is not None and info.name and request.method in ("PUT", "PATCH", "DELETE"):

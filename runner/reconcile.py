@@ -330,21 +330,40 @@ class Reconciler:
         """The role's finalizer (if any) is done: the annotation-linked dependents recorded for the object go
         now, in this same reconcile (no further event may come to trigger it), then Kubernetes removes it.
         What cannot be deleted keeps the object, and says why on it."""
-        if CLEANUP_FINALIZER in (obj["metadata"].get("finalizers") or []):
+        uid, count = obj["metadata"]["uid"], 0
+        # (the finalizer goes with a test on the resourceVersion whose records were cleaned up: a record that landed
+        # meanwhile, from a request of a run that outlived it, is cleaned up in the next round)
+        for _ in range(8):
+            finalizers = list(obj["metadata"].get("finalizers") or [])
+            if CLEANUP_FINALIZER not in finalizers:
+                break
             try:
-                count = await self.records.cleanup(obj, self.watch.gvk)
+                count += await self.records.cleanup(obj, self.watch.gvk)
             except CleanupFailed as exc:
                 message = (f"{exc}. They stay, and so does this {self.kind} (finalizer {CLEANUP_FINALIZER}) "
                            "until they can be deleted; remove the finalizer to leave them behind.")
                 log.warning("%s %s/%s: %s", self.kind, *key, message)
                 await self._finish_failed(obj, [message], None, reason="CleanupFailed")
                 return Outcome(error=True)
-            log.info("deleted %d annotation-linked dependent(s) of %s %s/%s", count, self.kind, *key)
+            body = [{"op": "test", "path": "/metadata/resourceVersion", "value": obj["metadata"]["resourceVersion"]},
+                    {"op": "add", "path": "/metadata/finalizers",
+                     "value": [f for f in finalizers if f != CLEANUP_FINALIZER]}]
             try:
-                await self._update_finalizers(key, obj, lambda f: [x for x in f if x != CLEANUP_FINALIZER])
+                await self.kube.patch(self.res, key[0], key[1], body, JSON_PATCH)
+                log.info("deleted %d annotation-linked dependent(s) of %s %s/%s", count, self.kind, *key)
+                break
+            except NotFound:
+                break
+            except ApiError as exc:
+                if exc.status not in (409, 422):
+                    raise
+            try:
+                obj = await self._fresh(key, uid)
             except Gone:
-                pass
-        return await self._gone(key, obj["metadata"]["uid"])
+                break
+        else:
+            raise RuntimeError(f"finalizers of {self.kind} {key[0]}/{key[1]} kept changing under us")
+        return await self._gone(key, uid)
 
     async def _finish_failed(self, obj: dict[str, Any], failures: list[str], result: dict[str, Any] | None,
                              generation: int | None = None, reason: str = "ReconcileFailed") -> None:

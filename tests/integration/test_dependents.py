@@ -75,6 +75,27 @@ def test_annotated_dependents_are_watched_and_cleaned_up(kube: Kube, namespace: 
             pass
 
 
+def test_an_owner_deleted_during_its_first_run_gets_no_dependent_it_could_not_clean_up(
+        kube: Kube, namespace: str, widgets: Widgets, start_operator) -> None:
+    """Deleted while its first run is under way (before it holds the cleanup finalizer, which an object being deleted
+    can no longer take): the ClusterRole that run would create is refused, not left behind."""
+    op = start_operator([widget_watch(watchClusterScopedResources=True)])
+    cr_name = f"widget-{namespace}-early"
+    try:
+        widgets.create("early", {"clusterRole": True, "sleep": 6})
+        op.wait_for_log(r"run start: Widget \S+/early ")
+        widgets.delete("early")
+        wait_for("the Widget to be gone", lambda: not widgets.exists("early"), timeout=60)
+        op.wait_for_log(r"run end: Widget \S+/early ")
+        assert gone(lambda: kube.rbac.read_cluster_role(cr_name))
+        assert "it would outlive its owner Widget" in op.logs()
+    finally:
+        try:
+            kube.rbac.delete_cluster_role(cr_name)
+        except client.ApiException:
+            pass
+
+
 def test_without_cluster_scoped_watch_and_with_blacklist(kube: Kube, namespace: str, widgets: Widgets,
                                                          start_operator) -> None:
     op = start_operator([widget_watch(blacklist=[{"group": "", "version": "v1", "kind": "ConfigMap"}])])

@@ -26,6 +26,9 @@ class Quiet:
     def seen(self, *_: object) -> None:
         pass
 
+    async def hold(self, *_: object) -> None:
+        pass
+
     async def record(self, *_: object) -> None:
         pass
 

@@ -105,6 +105,9 @@ class Seen:
     def seen(self, *args: Any) -> None:
         self.told.append(("seen", *args))
 
+    async def hold(self, *args: Any) -> None:
+        self.told.append(("hold", *args))
+
     async def record(self, *args: Any) -> None:
         self.told.append(("record", *args))
 
