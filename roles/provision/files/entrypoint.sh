@@ -378,8 +378,10 @@ if [ -n "${LEASE_TERM_SECONDS:-}" ]; then
     while kill -0 "$server" 2>/dev/null; do
       # (the standby's file first: a replica's term check would read its annotations five times a second)
       if [ ! -f "$PGDATA/standby.signal" ] && ! term_holds; then
-        kill -INT "$server" 2>/dev/null || true
+        # (this script is told first: told after, it could see the server gone before the signal and end the
+        # container as for a crash; either is a signal sent at once, which nothing can hold up)
         kill -USR1 $$ 2>/dev/null || true
+        kill -INT "$server" 2>/dev/null || true
         # (by the clock, not by counting naps: the operator promotes another server, without a word from this node,
         # once the term and this stop time have passed)
         read -r now _ </proc/uptime
