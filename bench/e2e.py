@@ -22,6 +22,11 @@ deleted); a setting that needs a restart (max_connections); a scale-down 3 → 2
 ordinal. Then a SampleDB deleted with Snapshot, another of the same name restored from its final backup, written to
 and deleted again, and that final backup restored into three servers in sync and in async mode (create → Ready, every
 row both writers had acknowledged present).
+
+`nodes` (its own table: bench/results/<date>-e2e-nodes.md; alone with `--skip failover,async,minor,data,faults`):
+issue 30's node faults on the local cluster of three real nodes (`cluster --name nodes up --real-node --nodes 3`),
+--runs of each: the primary's node powered off, its kubelet stopped, it partitioned (tests/nodefaults.py), then each
+node drained in turn; the median write gap of each next to the single-node figure of the nearest fault.
 """
 
 from __future__ import annotations
@@ -36,12 +41,14 @@ from pathlib import Path
 
 import yaml
 
-from bench.__main__ import write_table
+from bench.__main__ import RESULTS, write_table
 from bench.harness import OURS_READY, OperatorRun, median, ours
 from localcluster import images
 from localcluster.build import binary
 from localcluster.cluster import LocalCluster
+from localcluster.netnode import Fault as NodeFault
 from tests.kube import Kube, wait_for
+from tests.nodefaults import TERM, drain_each_node, primary_node_fault, repair_all
 from tests.operator import ROOT, install_sampledb_crds, sampledb_watches
 from tests.realnode import (
     AS_DEPLOYED_VARS,
@@ -61,6 +68,13 @@ from tests.writes import Writer, Writes, table_rows
 
 SWITCHOVER = "sampledb.example.com/switchover-to"
 Fault = Callable[[Kube, str, str], None]  # (kube, namespace, the primary's pod), as tests.realnode's faults
+
+
+def delete_database(kube: Kube, ns: str, name: str) -> None:
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    wait_for(f"{name} to go", lambda: not [
+        d for d in kube.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
+        if d["metadata"]["name"] == name], timeout=600)
 
 
 class Database:
@@ -83,10 +97,7 @@ class Database:
     def delete(self) -> None:
         """Gone, with its volumes (deletionPolicy Delete): the node's CPU requests hold about one 3-server
         database of the sample's size at a time."""
-        self.kube.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, self.name)
-        wait_for(f"{self.name} to go", lambda: not [
-            d for d in self.kube.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL)["items"]
-            if d["metadata"]["name"] == self.name], timeout=600)
+        delete_database(self.kube, self.ns, self.name)
 
     @property
     def primary(self) -> str:
@@ -172,18 +183,21 @@ def db_size_mb(db: Database) -> float:
 
 
 @contextmanager
-def sampledb_operator(prefix: str) -> Iterator[tuple[Kube, str, OperatorRun]]:
-    """The real-node cluster up, the SampleDB operator (this tree's roles) running on a namespace of its own:
-    (kube, namespace, operator); afterwards the namespace deleted while the operator runs, so that the SampleDBs' finalizers let them go."""
-    cluster = LocalCluster("e2e", real_node=True)
+def sampledb_operator(prefix: str, cluster: LocalCluster | None = None,
+                      nodes: bool = False) -> Iterator[tuple[Kube, str, OperatorRun]]:
+    """The real-node cluster (``cluster``, else 'e2e') up, the SampleDB operator (this tree's roles; with ``nodes``, its
+    Node watch too) running on a namespace of its own: (kube, namespace, operator); afterwards the namespace deleted
+    while the operator runs, so that the SampleDBs' finalizers let them go."""
+    cluster = cluster or LocalCluster("e2e", real_node=True)
     cluster.up(timeout=1200)
+    cluster.load_images(include_operator=True)  # (the servers' Lease agent runs on the operator's image)
     kube = Kube(cluster.paths.kubeconfig, str(binary("kubectl")))
     install_sampledb_crds(kube)
     ns = f"{prefix}-{int(time.time())}"
     kube.kubectl("create", "namespace", ns)
     work = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
     watches = work / "watches.yaml"
-    watches.write_text(yaml.safe_dump(sampledb_watches(**AS_DEPLOYED_VARS)))
+    watches.write_text(yaml.safe_dump(sampledb_watches(nodes=nodes, **AS_DEPLOYED_VARS)))
     # as deployed: deploy/rbac's ServiceAccount, leader election, the production backoff and the roles' defaults
     credentials = deployed_credentials(kube, work / "kubeconfig")
     op = ours(kube, ns, watches, "--ansible-roles-path", str(ROOT / "roles"), *as_deployed_args(f"{prefix}-{ns[-10:]}"),
@@ -487,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="data in the faults' database before its writer starts (what a clone copies)")
     parser.add_argument("--cpu-request", default="",
                         help="faults: each server's CPU request (default: the sample's), for a node that others share")
-    parser.add_argument("--skip", default="", help="comma-separated: failover,async,minor,data,faults")
+    parser.add_argument("--skip", default="", help="comma-separated: failover,async,minor,data,faults,nodes")
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     rows: list[list[str]] = []
@@ -498,6 +512,10 @@ def main(argv: list[str] | None = None) -> int:
                  f"n={len(values)})" if len(values) > 1 else f"{fmt.format(values[0])} {unit}")
         rows.append([what, cnpg, goal, shown])
 
+    if skip >= {"failover", "async", "minor", "data", "faults"}:
+        if "nodes" not in skip:
+            measure_nodes(args, rows)
+        return 0
     with sampledb_operator("bench-e2e") as (kube, ns, _):
         try:
             sections(kube, ns, args, skip, add, faults)
@@ -516,7 +534,105 @@ def main(argv: list[str] | None = None) -> int:
                                    "writes flow again",
                                    "CloudNativePG: the budgets of its own e2e tests (failover, switchover) as the issue "
                                    "lists them"])
+    if "nodes" not in skip:
+        measure_nodes(args, rows)
     return 0
+
+
+# --- issue 30's node faults, on the local cluster of three real nodes (--skip nodes) ----------------------------------
+
+
+NODE_FAULTS = [  # (what, fault, repair, the single-node row it compares with, the issue's goal)
+    ("primary's node powered off", NodeFault.POWEROFF, NodeFault.POWERON, "failover: primary pod deleted", "≤ 30 s"),
+    ("kubelet of the primary's node stopped", NodeFault.KUBELET_STOP, NodeFault.KUBELET_START,
+     "failover: postgres killed", "≤ 30 s"),
+    ("primary's node partitioned", NodeFault.PARTITION, NodeFault.HEAL, "failover: postgres killed", "≤ 30 s"),
+]
+
+
+def single_node_figures(rows: list[list[str]]) -> dict[str, str]:
+    """The single-node table's measured column by the start of its first column: this run's, else the newest one
+    written (bench/results/*-e2e.md)."""
+    if not rows:
+        newest = sorted(RESULTS.glob("*-e2e.md"))
+        rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+                for line in (newest[-1].read_text().splitlines() if newest else []) if line.startswith("| ")]
+    return {r[0]: f"{r[-1]}" for r in rows if len(r) >= 2}
+
+
+def measure_nodes(args: argparse.Namespace, rows: list[list[str]]) -> None:
+    """Each node fault hits the primary's node of a new 3-server database (sync mode, the writer and the checker on
+    another node) --runs times, then each node is drained in turn: the median write gap of each, next to the
+    single-node figure of the nearest fault."""
+    cluster = LocalCluster("nodes", real_node=True, nodes=3)
+    single = single_node_figures(rows)
+
+    def near(label: str) -> str:
+        return next((v for k, v in single.items() if k.startswith(label)), "n/a")
+
+    table: list[list[str]] = []
+
+    def shown(values: list[float]) -> str:
+        return (f"{median(values):.1f} s (min {min(values):.1f}, max {max(values):.1f}, n={len(values)})"
+                if len(values) > 1 else f"{values[0]:.1f} s" if values else "n/a")
+
+    def gone(kube: Kube, ns: str, name: str, pods: list[str]) -> None:
+        delete_database(kube, ns, name)
+        for pod in pods:
+            kube.kubectl("-n", ns, "delete", "pod", pod, "--wait=false", check=False)
+
+    with sampledb_operator("bench-nodes", cluster, nodes=True) as (kube, ns, _):
+        try:
+            for what, fault, repair, nearest, goal in NODE_FAULTS:
+                gaps, lost, failed = [], 0, []
+                for i in range(args.runs):
+                    repair_all(kube, cluster)
+                    name = f"{fault.value[:4].replace('-', '')}{i}"
+                    try:  # (a run that fails is reported, and the others still count)
+                        out = primary_node_fault(kube, cluster, ns, name, fault, repair, pod_suffix=f"-{name}",
+                                                 deletionPolicy="Delete")
+                        gaps.append(out.gap)
+                        lost += len(out.lost)
+                    except Exception as exc:
+                        failed.append(f"run {i + 1}: {str(exc).splitlines()[0][:200]}")
+                        print(f"  {what}, run {i + 1} failed: {exc}", flush=True)
+                    finally:
+                        gone(kube, ns, name, [f"writer-{name}", f"checker-{name}"])
+                table.append([what, goal, shown(gaps), f"{lost} rows" + "".join(
+                    f"; {f}" for f in failed), near(nearest)])
+            repair_all(kube, cluster)
+            drains: dict[bool, list[float]] = {True: [], False: []}
+            for i in range(args.runs):
+                db = Database(kube, ns, f"drain{i}", replicas=3)
+                writer = Writer(kube, ns, db.name, POSTGRES_IMAGE, name=f"writer-drain{i}")
+                writer.wait_for_more(10)
+                gaps = drain_each_node(kube, ns, db.name, writer)
+                for _, held, gap in gaps:
+                    drains[held].append(gap)
+                writes = writer.stop()
+                lost = len(set(writes.acked) - db.rows())
+                gone(kube, ns, db.name, [writer.name])
+                table.append([f"each node drained in turn (run {i + 1})", "≤ 3 s", ", ".join(
+                    f"{node}: {gap:.1f} s" + (" (primary)" if held else "") for node, held, gap in gaps),
+                    f"{lost} rows", near("switchover")])
+            table.append(["drain of the primary's node (all runs)", "≤ 3 s", shown(drains[True]), "", near("switchover")])
+            table.append(["drain of a replica's node (all runs)", "none", shown(drains[False]), "", "n/a"])
+        finally:
+            if table:
+                write_table("e2e-nodes", ["fault (3 real nodes, 3 servers, sync mode, writer running)", "goal",
+                                          "write gap (median)", "rows lost", "one node: nearest figure"], table,
+                            role="the SampleDB operator as deployed (deploy/rbac's ServiceAccount, leader election) "
+                                 "on the local cluster of three real nodes",
+                            notes=["write gap: the longest time between two acknowledged writes (one row per "
+                                   "transaction and connection, through the -primary Service) from the fault until "
+                                   "20 more writes were acknowledged (drains: from the drain until 5 more)",
+                                   "one node: the single-node table's median for the nearest fault (this run's, or "
+                                   "the newest bench/results/*-e2e.md)",
+                                   f"the primary's term: {TERM} s (spec.failover.termSeconds); a lost node is noticed "
+                                   "by the operator when the node controller marks its pods not Ready",
+                                   "rows lost: a run that loses an acknowledged row fails (its message is in the "
+                                   "column), as the proofs do",
+                                   "the load average in the header: the single-node cluster may be up too"])
 
 
 def sections(kube: Kube, ns: str, args: argparse.Namespace, skip: set[str], add: Callable[..., None],

@@ -247,24 +247,27 @@ def history_overlaps(history: dict[str, list[tuple[float, str]]], now: float) ->
     return [(a, b) for i, a in enumerate(spells) for b in spells[i + 1:] if a[0] != b[0] and b[1] < a[2]]
 
 
-def under_writes(kube: Kube, namespace: str, name: str, away_from_primary: bool = False,
+def under_writes(kube: Kube, namespace: str, name: str, away_from_primary: bool = False, pod_suffix: str = "",
                  **spec: object) -> tuple[str, list[str], PrimaryChecker, Writer]:
     """A Ready database with the checker and the writer running (with ``away_from_primary``, not on the primary's
-    node): its primary, its servers, both pods."""
+    node; their pods' names end with ``pod_suffix``): its primary, its servers, both pods."""
     primary = ready_database(kube, namespace, name, **spec)["status"]["currentPrimary"]
     servers = sorted(roles(kube, namespace, name))
     avoid = kube.core.read_namespaced_pod(primary, namespace).spec.node_name if away_from_primary else None
-    return (primary, servers, PrimaryChecker(kube, namespace, name, servers, POSTGRES_IMAGE, avoid_node=avoid),
-            Writer(kube, namespace, name, POSTGRES_IMAGE, avoid_node=avoid))
+    return (primary, servers, PrimaryChecker(kube, namespace, name, servers, POSTGRES_IMAGE,
+                                             name=f"checker{pod_suffix}", avoid_node=avoid),
+            Writer(kube, namespace, name, POSTGRES_IMAGE, name=f"writer{pod_suffix}", avoid_node=avoid))
 
 
-def assert_safe(kube: Kube, namespace: str, name: str, writes: Writes, observations: list, servers: list[str]) -> str:
-    """Every acknowledged row is on the one primary, no two servers could take writes at once (by the checker's polls
-    and by each server's own record), and every other server comes back as a replica. Returns the primary."""
+def assert_safe(kube: Kube, namespace: str, name: str, writes: Writes, observations: list, servers: list[str],
+                may_lose: bool = False) -> str:
+    """Every acknowledged row is on the one primary (unless ``may_lose``: async mode, where the caller counts what is
+    missing), no two servers could take writes at once (by the checker's polls and by each server's own record), and
+    every other server comes back as a replica. Returns the primary."""
     primary = get(kube, namespace, name)["status"]["currentPrimary"]
     assert psql_in_server(kube, namespace, primary, "select pg_is_in_recovery()") == "f"
     missing = sorted(set(writes.acked) - table_rows(kube, namespace, primary))
-    assert not missing, f"{len(missing)} acknowledged rows lost: {missing[:20]}"
+    assert may_lose or not missing, f"{len(missing)} acknowledged rows lost: {missing[:20]}"
     assert primaries_overlap(observations) == [], "two servers accepted writes at once (polled)"
     for pod in servers:
         if pod != primary:
