@@ -299,12 +299,15 @@ class DependentRecords:
     def __init__(self, kube: Kube, resource_of: Callable[[GVK], Awaitable[Resource]]) -> None:
         self.kube = kube
         self.resource_of = resource_of
+        self._held: set[str] = set()  # owners (UIDs) known to hold the finalizer: each run applies its dependents
 
     async def hold(self, owner: Owner) -> None:
         """Before a run creates an annotation-linked object: the owner holds the cleanup's finalizer, so that the
         object, once recorded, goes with it. Raises ApiError 409 when the owner is being deleted without it (it
         takes no new finalizer then, and what was created now would be left behind), NotFound when it is gone."""
-        await self._patch(owner, None)
+        if owner.uid not in self._held:
+            await self._patch(owner, None)
+            self._held.add(owner.uid)
 
     async def record(self, owner: Owner, target: Target, meta: dict[str, Any]) -> None:
         await self._patch(owner, Recorded(object_path(target, meta), meta["uid"]))
@@ -351,6 +354,7 @@ class DependentRecords:
         """Deletes what was recorded on ``owner``; returns how many. Raises CleanupFailed, naming each object
         the API server did not let go (the owner keeps the finalizer until they go)."""
         namespace = (owner.get("metadata") or {}).get("namespace") or ""
+        self._held.discard(owner["metadata"]["uid"])
         me = Owner(owner.get("apiVersion", ""), owner.get("kind", ""), owner["metadata"]["name"], namespace,
                    owner["metadata"]["uid"], owner_gvk)
         deleted, failures = 0, []

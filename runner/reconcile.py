@@ -13,7 +13,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -166,11 +166,15 @@ class Reconciler:
     async def _event(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
         await self.recorder.record(obj, etype, reason, message)
 
-    async def _update_finalizers(self, key: Key, obj: dict[str, Any], change) -> dict[str, Any]:
+    async def _update_finalizers(self, key: Key, obj: dict[str, Any], change,
+                                 before: Callable[[dict[str, Any]], Awaitable[None]] | None = None) -> dict[str, Any]:
         """Applies ``change(finalizers) -> finalizers`` with a test on resourceVersion, re-reading on a race,
-        so that a finalizer someone else added meanwhile is never dropped. Raises Gone with the object."""
+        so that a finalizer someone else added meanwhile is never dropped; ``before(obj)``, if given, is done first
+        in each round, for the object as that round reads it. Raises Gone with the object."""
         uid = obj["metadata"]["uid"]
         for _ in range(8):
+            if before is not None:
+                await before(obj)
             meta = obj["metadata"]
             body = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
                     {"op": "add", "path": "/metadata/finalizers", "value": change(list(meta.get("finalizers") or []))}]
@@ -331,38 +335,24 @@ class Reconciler:
         now, in this same reconcile (no further event may come to trigger it), then Kubernetes removes it.
         What cannot be deleted keeps the object, and says why on it."""
         uid, count = obj["metadata"]["uid"], 0
-        # (the finalizer goes with a test on the resourceVersion whose records were cleaned up: a record that landed
-        # meanwhile, from a request of a run that outlived it, is cleaned up in the next round)
-        for _ in range(8):
-            finalizers = list(obj["metadata"].get("finalizers") or [])
-            if CLEANUP_FINALIZER not in finalizers:
-                break
+        if CLEANUP_FINALIZER in (obj["metadata"].get("finalizers") or []):
+            # (cleaned up again in each round of the finalizer's update: a record that landed meanwhile, from a request
+            # of a run that outlived it, moved the resourceVersion, and its object goes too)
+            async def clean(current: dict[str, Any]) -> None:
+                nonlocal count
+                if CLEANUP_FINALIZER in (current["metadata"].get("finalizers") or []):
+                    count += await self.records.cleanup(current, self.watch.gvk)
             try:
-                count += await self.records.cleanup(obj, self.watch.gvk)
+                await self._update_finalizers(key, obj, lambda f: [x for x in f if x != CLEANUP_FINALIZER], clean)
             except CleanupFailed as exc:
                 message = (f"{exc}. They stay, and so does this {self.kind} (finalizer {CLEANUP_FINALIZER}) "
                            "until they can be deleted; remove the finalizer to leave them behind.")
                 log.warning("%s %s/%s: %s", self.kind, *key, message)
                 await self._finish_failed(obj, [message], None, reason="CleanupFailed")
                 return Outcome(error=True)
-            body = [{"op": "test", "path": "/metadata/resourceVersion", "value": obj["metadata"]["resourceVersion"]},
-                    {"op": "add", "path": "/metadata/finalizers",
-                     "value": [f for f in finalizers if f != CLEANUP_FINALIZER]}]
-            try:
-                await self.kube.patch(self.res, key[0], key[1], body, JSON_PATCH)
-                log.info("deleted %d annotation-linked dependent(s) of %s %s/%s", count, self.kind, *key)
-                break
-            except NotFound:
-                break
-            except ApiError as exc:
-                if exc.status not in (409, 422):
-                    raise
-            try:
-                obj = await self._fresh(key, uid)
             except Gone:
-                break
-        else:
-            raise RuntimeError(f"finalizers of {self.kind} {key[0]}/{key[1]} kept changing under us")
+                pass
+            log.info("deleted %d annotation-linked dependent(s) of %s %s/%s", count, self.kind, *key)
         return await self._gone(key, uid)
 
     async def _finish_failed(self, obj: dict[str, Any], failures: list[str], result: dict[str, Any] | None,
