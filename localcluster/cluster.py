@@ -31,14 +31,23 @@ from pathlib import Path
 
 from . import build, images, netnode, nodebuild, paths
 from .netnode import LINK_GATEWAY, NetNode
-from .node import COREDNS_HEALTH_PORT, NODE_IP, REGISTRY_PORT, NodeError, NodeLayout, RealNode
+from .node import (
+    COREDNS_HEALTH_PORT,
+    NODE_IP,
+    OBJECTSTORE_BUCKET,
+    OBJECTSTORE_PORT,
+    REGISTRY_PORT,
+    NodeError,
+    NodeLayout,
+    RealNode,
+)
 from .pki import Pki
 
 DEFAULT_NAME = "default"
 NODE_COUNT = 3
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 CONTROL_PLANE = START_ORDER[:4]
-NODE_ORDER = ("containerd", "registry", "coredns", "kubelet", "kube-proxy", "local-path-provisioner")
+NODE_ORDER = ("containerd", "registry", "versitygw", "coredns", "kubelet", "kube-proxy", "local-path-provisioner")
 
 
 def _say(msg: str) -> None:
@@ -99,6 +108,7 @@ class LocalCluster:
             self.node.layout = NodeLayout(f"{name}-host", self.paths.root / "nodes" / "host")
             self.node.dns = LINK_GATEWAY
             self.node.registry = f"{LINK_GATEWAY}:{REGISTRY_PORT}"
+            self.node.objectstore = f"{LINK_GATEWAY}:{OBJECTSTORE_PORT}"
             self.node.coredns_health = f"{LINK_GATEWAY}:{COREDNS_HEALTH_PORT}"
             self.host_link = netnode.HostLink(name, self.paths.root)
 
@@ -228,7 +238,8 @@ class LocalCluster:
         urls = {"kubelet": f"http://127.0.0.1:{n.KUBELET_HEALTHZ_PORT}/healthz",
                 "kube-proxy": f"http://127.0.0.1:{n.PROXY_HEALTHZ_PORT}/healthz",
                 "coredns": f"http://{self.node.coredns_health}/health",
-                "registry": f"http://{self.node.registry}/v2/"}
+                "registry": f"http://{self.node.registry}/v2/",
+                "versitygw": f"http://{self.node.objectstore}/health"}
         if component in urls:
             return self._get(urls[component])[0] == 200
         if component == "containerd":
@@ -442,6 +453,7 @@ class LocalCluster:
                     build.build()
                     nodebuild.build_node()
                     nodebuild.build_registry()
+                    nodebuild.build_versitygw()
                     archives = built.result()
             else:
                 build.build()
@@ -505,6 +517,7 @@ class LocalCluster:
             self._start("registry", ports)
         self._wait("the node's registry", lambda: self.node_healthy("registry") is True, 30, "registry")
         self.node.push_images(images.registry_archives(), log=_say)
+        self._start_objectstore(ports, live)
         for c in ("coredns", "kubelet", "kube-proxy", "local-path-provisioner"):
             if not live[c]:
                 self._start(c, ports)
@@ -520,6 +533,7 @@ class LocalCluster:
             self._start("registry", ports)
         self._wait("the nodes' registry", lambda: self.node_healthy("registry") is True, 30, "registry")
         self.nodes[0].push_images(images.registry_archives(), log=_say)
+        self._start_objectstore(ports, live)
         for c in ("coredns", "local-path-provisioner"):
             if not live[c]:
                 self._start(c, ports)
@@ -527,6 +541,12 @@ class LocalCluster:
             for c in ("kubelet", "kube-proxy"):
                 if not live.get(f"{n.id}/{c}"):
                     self._start(f"{n.id}/{c}", ports)
+
+    def _start_objectstore(self, ports: Ports, live: dict[str, int | None]) -> None:
+        if not live["versitygw"]:
+            self._start("versitygw", ports)
+        self._wait("the node's object store", lambda: self.node_healthy("versitygw") is True, 30, "versitygw")
+        self.node.create_bucket(OBJECTSTORE_BUCKET)
 
     def _start_runtime(self, n: NetNode, live: dict[str, int | None], archives: dict[str, Path]) -> None:
         comp = f"{n.id}/containerd"
@@ -546,6 +566,20 @@ class LocalCluster:
         return archives
 
     # ----------------------------------------------------------------- faults
+    def objectstore(self, action: str, bucket: str = "") -> str:
+        """The object store's outage (stop, start) or a new bucket in it; says what was done."""
+        ports = self._load_ports()
+        if not self.real_node or ports is None:
+            raise ClusterError(f"cluster {self.name!r} has no running real node (cluster up --real-node)")
+        with self._locked():
+            if action == "stop":
+                return "object store stopped" if self._stop("versitygw") else "the object store was not running"
+            if action == "start":
+                self._start_objectstore(ports, {"versitygw": self.pid("versitygw")})
+                return f"object store running on {self.node.objectstore}"
+            self.node.create_bucket(bucket)
+            return f"bucket {bucket} in the object store at {self.node.objectstore}"
+
     def fault(self, node: str, fault: netnode.Fault) -> str:
         """One of a node's faults, or its repair; says what was done."""
         n = self.node_by_name(node)
@@ -613,7 +647,7 @@ class LocalCluster:
         """The one real node's processes, containers, mounts and network."""
         stopped = []
         node_state = self.node.layout.state_file.exists() or self.real_node
-        for c in ("local-path-provisioner", "kube-proxy", "kubelet", "coredns", "registry"):
+        for c in ("local-path-provisioner", "kube-proxy", "kubelet", "coredns", "versitygw", "registry"):
             if self._stop(c):
                 stopped.append(c)
         if node_state:
@@ -664,7 +698,7 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """`playbook-operator cluster up|down|status|env|build`."""
+    """`playbook-operator cluster up|down|status|env|build|images|node|objectstore`."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="playbook-operator cluster",
@@ -695,6 +729,10 @@ def main(argv: list[str]) -> int:
                                        "dropped, both ways. For a drain, use kubectl drain.")
     fault.add_argument("node_name", metavar="NODE", help="a node's name (kubectl get nodes) or n1, n2, ...")
     fault.add_argument("fault", choices=[f.value for f in netnode.Fault])
+    store = sub.add_parser("objectstore", help="the object store beside the node: stop or start it (an outage), or "
+                                               "make a bucket")
+    store.add_argument("action", choices=["stop", "start", "bucket"])
+    store.add_argument("bucket", nargs="?", default="", help="with bucket: its name")
     args = parser.parse_args(argv)
     nodes = getattr(args, "nodes", None)
     if nodes is not None and (not 1 <= nodes <= netnode.MAX_NODES or not args.real_node):
@@ -729,6 +767,10 @@ def main(argv: list[str]) -> int:
             print(build.build())
         elif args.command == "node":
             print(cluster.fault(args.node_name, netnode.Fault(args.fault)), file=sys.stderr)
+        elif args.command == "objectstore":
+            if args.action == "bucket" and not args.bucket:
+                parser.error("objectstore bucket needs the bucket's name")
+            print(cluster.objectstore(args.action, args.bucket), file=sys.stderr)
         elif args.command == "images":
             for ref, archive in cluster.load_images(args.operator).items():
                 print(f"{ref}\t{archive}")

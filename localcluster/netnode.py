@@ -41,12 +41,12 @@ from .node import (
 from .pki import NodeCerts
 
 LINK_BRIDGE = "po0"
-LINK_GATEWAY = "10.97.0.1"  # the host on the nodes' link: CoreDNS and the registry answer here
+LINK_GATEWAY = "10.97.0.1"  # the host on the nodes' link: CoreDNS, the registry and the object store answer here
 LINK_PREFIX = 24
 LINK_BRIDGE_MAC = "02:50:4f:00:00:02"  # fixed, for the reason node.BRIDGE_MAC is
 CLUSTER_CIDR = "10.244.0.0/16"
 NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy")
-HOST_COMPONENTS = ("registry", "coredns", "local-path-provisioner")
+HOST_COMPONENTS = ("registry", "versitygw", "coredns", "local-path-provisioner")
 CGROUP_BASE = Path("/sys/fs/cgroup")
 OWNER_FILE = Path("/run/playbook-operator/real-nodes.owner")
 PARTITION_CHAIN = "PO-PARTITION"

@@ -48,9 +48,20 @@ COREDNS_HEALTH_PORT = 10254
 # from, so that a pod which always pulls its image (no tag, or :latest) still gets it, from this machine.
 REGISTRY_PORT = 5000
 REGISTRY_NAMESPACE = "registry-seed"  # containerd namespace the registry's images are pushed from
+# The node's S3-compatible object store (versitygw, posix backend): a host process, as users' object storage is
+# outside their cluster, so that losing every server, volume and node leaves the backups. Pods reach it on the
+# node's address as versitygw.objectstore.svc:7070. Its keys are local-only and fixed (the sample's Secret holds
+# them, so that it applies as it is): the store listens on an address nothing outside this machine can route to.
+OBJECTSTORE_PORT = 7070
+OBJECTSTORE_NAMESPACE = "objectstore"
+OBJECTSTORE_SERVICE = "versitygw"
+OBJECTSTORE_REGION = "us-east-1"
+OBJECTSTORE_ACCESS_KEY = "sampledb-local"
+OBJECTSTORE_SECRET_KEY = "local-only-do-not-use-elsewhere-0000000000"
+OBJECTSTORE_BUCKET = "sampledb"  # made at start; tests make their own
 LOCAL_PATH_NAMESPACE = "local-path-storage"
 STORAGE_CLASS = "local-path"
-COMPONENTS = ("containerd", "registry", "coredns", "kubelet", "kube-proxy", "local-path-provisioner")
+COMPONENTS = ("containerd", "registry", "versitygw", "coredns", "kubelet", "kube-proxy", "local-path-provisioner")
 # Machine-wide: which cluster owns the one real node.
 RUN_BASE = Path("/run/playbook-operator")  # tmpfs-like state: sockets, runtime state, namespace files
 OWNER_FILE = Path("/run/playbook-operator/real-node.owner")
@@ -127,6 +138,7 @@ class NodeLayout:
     cni_ipam = property(lambda self: self.run / "cni-ipam")
     volumes = property(lambda self: self.root / "local-path")
     registry = property(lambda self: self.root / "registry")
+    objectstore = property(lambda self: self.root / "objectstore")
     config = property(lambda self: self.root / "config")
     state_file = property(lambda self: self.root / "node.json")
 
@@ -147,6 +159,7 @@ class RealNode:
         self.gateway = GATEWAY
         self.dns = GATEWAY
         self.registry = f"127.0.0.1:{REGISTRY_PORT}"
+        self.objectstore = f"{NODE_IP}:{OBJECTSTORE_PORT}"  # pods reach it (the registry, on loopback, they cannot)
         self.healthz_address = "127.0.0.1"
         self.coredns_health = f"127.0.0.1:{COREDNS_HEALTH_PORT}"
         self.cgroup_root: str | None = None
@@ -321,7 +334,7 @@ state = "{lay.containerd_state}"
     def write_host_config(self) -> None:
         """What the machine-wide services (registry, CoreDNS) of the node read."""
         lay, cfg = self.layout, self.layout.config
-        for d in (lay.config, lay.registry):
+        for d in (lay.config, lay.registry, lay.objectstore):
             d.mkdir(parents=True, exist_ok=True)
         (cfg / "registry.yml").write_text(json.dumps({
             "version": "0.1", "log": {"level": "warn"},
@@ -374,6 +387,9 @@ state = "{lay.containerd_state}"
             return [bin_, "-conf", str(cfg / "Corefile")]
         if component == "registry":
             return [str(nodebuild.registry_binary()), "serve", str(cfg / "registry.yml")]
+        if component == "versitygw":  # (its keys in env: a host process's command line is anyone's to read)
+            return [str(nodebuild.versitygw_binary()), "--port", self.objectstore, "--health", "/health", "--quiet",
+                    "posix", str(lay.objectstore)]
         if component == "local-path-provisioner":
             return [bin_, "start", f"--kubeconfig={self.kubeconfig}", f"--namespace={LOCAL_PATH_NAMESPACE}",
                     f"--helper-image={images.HELPER_REF}"]
@@ -387,7 +403,30 @@ state = "{lay.containerd_state}"
             env.pop(var, None)
         if component == "registry":
             env["OTEL_TRACES_EXPORTER"] = "none"  # its default sends traces to an OTLP collector
+        if component == "versitygw":
+            env.update(ROOT_ACCESS_KEY_ID=OBJECTSTORE_ACCESS_KEY, ROOT_SECRET_ACCESS_KEY=OBJECTSTORE_SECRET_KEY,
+                       VGW_REGION=OBJECTSTORE_REGION)
         return env
+
+    def create_bucket(self, bucket: str) -> None:
+        """A bucket in the node's object store, owned by its keys (versitygw's own admin command); idempotent."""
+        env = {**self.env("versitygw"), "ADMIN_ACCESS_KEY_ID": OBJECTSTORE_ACCESS_KEY,
+               "ADMIN_SECRET_ACCESS_KEY": OBJECTSTORE_SECRET_KEY, "ADMIN_REGION": OBJECTSTORE_REGION,
+               "ADMIN_ENDPOINT_URL": f"http://{self.objectstore}"}
+        if bucket in self.buckets():
+            return
+        proc = subprocess.run([str(nodebuild.versitygw_binary()), "admin", "create-bucket", "--owner",
+                               OBJECTSTORE_ACCESS_KEY, "--bucket", bucket], capture_output=True, text=True, env=env,
+                              timeout=30)
+        if proc.returncode != 0 and bucket not in self.buckets():
+            raise NodeError(f"creating bucket {bucket!r} in the node's object store failed: "
+                            f"{proc.stderr.strip() or proc.stdout.strip()}")
+
+    def buckets(self) -> list[str]:
+        """The object store's buckets: its posix backend keeps each as a directory (with an ACL)."""
+        root = self.layout.objectstore
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+            if root.is_dir() else []
 
     def bootstrap_manifests(self) -> str:
         """What the node's add-ons need in the API: the provisioner's namespace, config and StorageClass."""
@@ -412,8 +451,24 @@ state = "{lay.containerd_state}"
                           "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
              "provisioner": "rancher.io/local-path", "reclaimPolicy": "Delete",
              "volumeBindingMode": "WaitForFirstConsumer"},
+            *self.objectstore_manifests(),
         ]
         return "\n---\n".join(json.dumps(d) for d in docs)
+
+    def objectstore_manifests(self) -> list[dict]:
+        """versitygw.objectstore.svc: a Service without a selector whose EndpointSlice is the host process."""
+        addr, port = self.objectstore.rsplit(":", 1)
+        ns = {"name": OBJECTSTORE_SERVICE, "namespace": OBJECTSTORE_NAMESPACE}
+        return [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OBJECTSTORE_NAMESPACE}},
+            {"apiVersion": "v1", "kind": "Service", "metadata": ns,
+             "spec": {"ports": [{"name": "s3", "port": int(port), "targetPort": int(port), "protocol": "TCP"}]}},
+            {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+             "metadata": {**ns, "labels": {"kubernetes.io/service-name": OBJECTSTORE_SERVICE,
+                                           "endpointslice.kubernetes.io/managed-by": "playbook-operator.dev"}},
+             "addressType": "IPv4", "endpoints": [{"addresses": [addr], "conditions": {"ready": True}}],
+             "ports": [{"name": "s3", "port": int(port), "protocol": "TCP"}]},
+        ]
 
     # ------------------------------------------------------------- images
     def ctr(self, *args: str, check: bool = True, timeout: float = 600,

@@ -164,21 +164,38 @@ def build_node(force: bool = False) -> Path:
         return root
 
 
+def _build_host_tool(name: str, version: str, module: str, root: Path, minutes: int, force: bool) -> Path:
+    """A service the node's host runs (go install of `module`), built once per version into root/bin."""
+    binary = root / "bin" / module.rsplit("/", 1)[-1].split("@")[0]
+    with _locked(paths.cache_root() / "node" / ".build.lock"):
+        if (root / "COMPLETE").exists() and binary.exists() and not force:
+            return binary
+        go, env = _go()
+        started = time.monotonic()
+        _log(f"building the node's {name} ({module}) into {root} (about {minutes} minutes)")
+        with build.staged(root, version) as tmp:
+            _go_install(module, "bin")(go, tmp, env)
+        _log(f"{name} built in {time.monotonic() - started:.0f} s")
+        return binary
+
+
 def registry_binary() -> Path:
     return paths.registry_binaries_dir() / "bin" / "registry"
 
 
 def build_registry(force: bool = False) -> Path:
     """The node's registry (distribution's cmd/registry), built once per version; returns its binary."""
-    root = paths.registry_binaries_dir()
-    with _locked(paths.cache_root() / "node" / ".build.lock"):
-        if (root / "COMPLETE").exists() and registry_binary().exists() and not force:
-            return registry_binary()
-        go, env = _go()
-        started = time.monotonic()
-        _log(f"building the node's registry (distribution v{paths.REGISTRY_VERSION}) into {root} (about 2 minutes)")
-        with build.staged(root, paths.REGISTRY_VERSION) as tmp:
-            _go_install(f"github.com/distribution/distribution/v3/cmd/registry@v{paths.REGISTRY_VERSION}", "bin")(
-                go, tmp, env)
-        _log(f"registry built in {time.monotonic() - started:.0f} s")
-        return registry_binary()
+    return _build_host_tool("registry", paths.REGISTRY_VERSION,
+                            f"github.com/distribution/distribution/v3/cmd/registry@v{paths.REGISTRY_VERSION}",
+                            paths.registry_binaries_dir(), 2, force)
+
+
+def versitygw_binary() -> Path:
+    return paths.versitygw_binaries_dir() / "bin" / "versitygw"
+
+
+def build_versitygw(force: bool = False) -> Path:
+    """The node's object store (versitygw's cmd/versitygw), built once per version; returns its binary."""
+    return _build_host_tool("object store", paths.VERSITYGW_VERSION,
+                            f"github.com/versity/versitygw/cmd/versitygw@v{paths.VERSITYGW_VERSION}",
+                            paths.versitygw_binaries_dir(), 4, force)

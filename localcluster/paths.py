@@ -17,6 +17,8 @@ COREDNS_VERSION = "1.12.4"
 LOCAL_PATH_PROVISIONER_VERSION = "0.0.30"
 # The node's registry (CNCF Distribution): kept apart from the node's key so that adding it rebuilt nothing.
 REGISTRY_VERSION = "3.1.2"
+# The S3-compatible object store beside the node (versitygw, posix backend), kept apart for the same reason.
+VERSITYGW_VERSION = "1.8.0"
 
 GOMOD_DIR = Path(__file__).resolve().parent / "gomod"
 
@@ -47,6 +49,10 @@ def node_binaries_dir() -> Path:
 
 def registry_binaries_dir() -> Path:
     return cache_root() / "node" / f"registry-{REGISTRY_VERSION}"
+
+
+def versitygw_binaries_dir() -> Path:
+    return cache_root() / "node" / f"versitygw-{VERSITYGW_VERSION}"
 
 
 def binaries_dir() -> Path:

@@ -114,3 +114,29 @@ def test_a_cluster_of_several_nodes_has_services_apart_from_the_one_node_s(monke
     assert several.host == netnode.LINK_GATEWAY and one.host == node.NODE_IP
     assert [n.name for n in several.nodes] == ["s-node1", "s-node2", "s-node3"] and one.nodes == []
     assert "n2/kubelet" in several.components and "kubelet" in one.components
+
+
+def test_the_object_store_is_reached_by_pods_on_the_host_and_its_keys_stay_off_its_command_line(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("PLAYBOOK_OPERATOR_CACHE", str(tmp_path))
+    several = cluster.LocalCluster("s", real_node=True, nodes=3)
+    one = cluster.LocalCluster("o", real_node=True)
+    assert one.node.objectstore == f"{node.NODE_IP}:{node.OBJECTSTORE_PORT}"
+    assert several.node.objectstore == f"{netnode.LINK_GATEWAY}:{node.OBJECTSTORE_PORT}"
+    assert "versitygw" in one.components and "versitygw" in several.components
+    for c in (one, several):
+        argv = c.node.argv("versitygw")
+        assert argv[argv.index("--port") + 1] == c.node.objectstore
+        assert argv[-1] == str(c.node.layout.objectstore) and argv[-2] == "posix"
+        assert node.OBJECTSTORE_SECRET_KEY not in " ".join(argv)
+        env = c.node.env("versitygw")
+        assert env["ROOT_SECRET_ACCESS_KEY"] == node.OBJECTSTORE_SECRET_KEY
+        assert env["ROOT_ACCESS_KEY_ID"] == node.OBJECTSTORE_ACCESS_KEY
+        # versitygw.objectstore.svc: a Service whose only endpoint is the host process
+        docs = {d["kind"]: d for d in c.node.objectstore_manifests()}
+        assert "selector" not in docs["Service"]["spec"]
+        assert docs["EndpointSlice"]["endpoints"][0]["addresses"] == [c.node.objectstore.split(":")[0]]
+        assert docs["EndpointSlice"]["metadata"]["labels"]["kubernetes.io/service-name"] == node.OBJECTSTORE_SERVICE
+    manifests = [json.loads(d) for d in netnode.bootstrap_manifests(several.node, several.nodes).split("\n---\n")]
+    assert any(d["kind"] == "EndpointSlice" and d["endpoints"][0]["addresses"] == [netnode.LINK_GATEWAY]
+               for d in manifests)
