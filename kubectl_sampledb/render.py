@@ -85,8 +85,21 @@ def _summary(s: DatabaseStatus, paint: Paint) -> list[str]:
     rows = [("Phase", paint(s.phase or "unknown", phase_colour)), ("Version", version),
             ("Servers", f"{s.ready or '-'} ready"), ("Primary", primary),
             ("Services", _services(s, paint))]
+    if s.archive:
+        rows.append(("Archive", _archive(s, paint)))
     width = max(len(k) for k, _ in rows) + 2
     return [f"  {(k + ':').ljust(width)}{v}" for k, v in rows]
+
+
+def _archive(s: DatabaseStatus, paint: Paint) -> str:
+    a = s.archive or {}
+    last = (f"{a['lastArchivedWal']} archived {_age_since(a.get('lastArchivedAt'), s)} ago"
+            if a.get("lastArchivedWal") else "nothing archived yet")
+    lag = int(a.get("lagSeconds") or 0)
+    waiting = f"{int(a.get('waitingSegments') or 0)} waiting" + (f" (oldest {human_seconds(lag)})" if lag else "")
+    error = f"; last error: {_one_line(str(a['lastError']))}" if a.get("lastError") else ""
+    return f"{a.get('destination') or '?'}: {last}, " + paint(waiting, "yellow" if lag > 300 else None) + \
+        paint(error, "red")
 
 
 def _services(s: DatabaseStatus, paint: Paint) -> str:

@@ -145,6 +145,7 @@ class DatabaseStatus:
     events: list[Event]
     notes: list[str]
     observed_at: str
+    archive: dict[str, Any] | None = None  # status.archive: continuous archiving, as the primary last reported it
 
 
 def gather(cluster: Cluster, name: str, backups: int = 5, events: int = 5, now: datetime | None = None,
@@ -177,7 +178,7 @@ def gather(cluster: Cluster, name: str, backups: int = 5, events: int = 5, now: 
         servers=servers, services=services,
         backups=_backups(records, backups, now), backups_total=len(records),
         operator=_operator(st, meta, now), events=_events(recent, events, now),
-        notes=notes, observed_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        notes=notes, observed_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"), archive=st.get("archive") or None)
 
 
 def _optional(notes: list[str], read: Callable[[], T]) -> T | None:

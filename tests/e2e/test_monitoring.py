@@ -165,6 +165,7 @@ def _prove_alerts(prom: Prometheus, ns: str, name: str, tmp_path: Path) -> None:
     success, last_success = _taken(prom, f"sampledb_last_successful_backup_timestamp_seconds{{{of_db}}}")
     scheduled, _ = _taken(prom, f"sampledb_last_scheduled_backup_timestamp_seconds{{{of_db}}}")
     changes, _ = _taken(prom, f'sampledb_primary_changes_total{{{of_db}, reason="failover"}}')
+    archive_lag, _ = _taken(prom, f"sampledb_archive_lag_seconds{{{of_db}}}")
     t = int(last_success)
     assert t > 0
 
@@ -179,6 +180,13 @@ def _prove_alerts(prom: Prometheus, ns: str, name: str, tmp_path: Path) -> None:
         # the schedule started a backup just after the last success; one completes only 90 minutes later
         "SampleDBBackupMissed": ([(scheduled, f"{t + 60}x150"), (success, f"{t}x90 {t + 5400}x60")],
                                  but(scheduled, *aggregated), "70m", "100m"),
+        "SampleDBArchivingFailing": ([(but(ready, type="ContinuousArchiving", status="False",
+                                           reason="ArchivingFailing"), "1x8 stale"),
+                                      (but(ready, type="ContinuousArchiving", status="False", reason="NotConfigured"),
+                                       "1x20")],
+                                     but(ready, *aggregated, type="ContinuousArchiving", status="False",
+                                         reason="ArchivingFailing"), "7m", "15m"),
+        "SampleDBArchiveLagging": ([(archive_lag, "0 400x8 0x5")], but(archive_lag, *aggregated), "7m", "12m"),
         # the operator's first failover: the series appears
         "SampleDBFailover": ([(changes, "_x20 1x40")], but(changes, *aggregated), "22m", "40m"),
         "PlaybookOperatorRunsFailing": ([(failing, "1x8 stale")], but(failing, *aggregated), "7m", "15m"),

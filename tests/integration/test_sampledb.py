@@ -204,6 +204,16 @@ def test_a_switchover_to_a_server_that_does_not_exist_is_refused(kube: Kube, nam
     ({"version": "15.8", "backup": {"schedule": "a b c d e"}}, "spec.backup.schedule"),
     ({"version": "15.8", "backup": {"schedule": "61 * * * *"}}, "spec.backup.schedule"),
     ({"version": "15.8", "resources": {"limits": {"gpu": "1"}}}, "only cpu, memory, ephemeral-storage"),
+    ({"version": "15.8", "backup": {"archiveTimeout": "5s"}}, "backup.archiveTimeout must be from 10s to 60min"),
+    ({"version": "15.8", "backup": {"archiveTimeout": "2h"}}, "spec.backup.archiveTimeout: Invalid value"),
+    ({"version": "15.8", "backup": {"objectStore": {"bucket": "b"}}}, "spec.backup.objectStore.credentials: Required"),
+    ({"version": "15.8", "backup": {"objectStore": {"bucket": "B_x", "credentials": {"secretName": "k"}}}},
+     "spec.backup.objectStore.bucket: Invalid value"),
+    ({"version": "15.8", "backup": {"objectStore": {"bucket": "bk", "path": "../x", "credentials": {"secretName": "k"}}}},
+     "spec.backup.objectStore.path: Invalid value"),
+    ({"version": "15.8", "backup": {"objectStore": {"bucket": "bk", "endpointURL": "ftp://x",
+                                                    "credentials": {"secretName": "k"}}}},
+     "spec.backup.objectStore.endpointURL: Invalid value"),
 ])
 def test_a_bad_sampledb_is_refused_naming_the_field(kube: Kube, namespace: str, sampledb_crds: None,
                                                     spec: dict, message: str) -> None:

@@ -805,3 +805,16 @@ def test_following_logs_reconnects_without_repeating_lines(world: World, monkeyp
     first, second = [c for c in world.core.log_calls if c["pod"] == "inventory-0"][:2]
     assert first["tail_lines"] == 10 and first["follow"] is True and "since_seconds" not in first
     assert "tail_lines" not in second and second["since_seconds"] >= 1
+
+
+def test_status_shows_continuous_archiving_when_an_object_store_is_set(world: World) -> None:
+    assert "Archive:" not in run(world, "status", "inventory")[1]
+    world.custom.add(SAMPLEDBS, sampledb(archive={
+        "destination": "s3://sampledb/shop/inventory", "lastArchivedWal": "000000020000000000000005",
+        "lastArchivedAt": "2026-11-24T11:59:30Z", "waitingSegments": 2, "lagSeconds": 420,
+        "lastError": "Could not connect to the endpoint URL\nretrying", "lastErrorAt": "2026-11-24T11:59:50Z"}))
+    summary = run(world, "status", "inventory")[1].split("\n\n")[0]
+    line = next(x for x in summary.splitlines() if x.strip().startswith("Archive:"))
+    assert line.split("Archive:", 1)[1].strip() == (
+        "s3://sampledb/shop/inventory: 000000020000000000000005 archived 30s ago, 2 waiting (oldest 7m); "
+        "last error: Could not connect to the endpoint URL; retrying")

@@ -80,6 +80,8 @@ def test_a_restart_is_due_only_for_what_the_server_reads_at_start() -> None:
     h = filters.sampledb_restart_hash(base, restart)
     reloaded = {**base, "postgresql.conf": base["postgresql.conf"].replace("4MB", "8MB"), "pg_hba.conf": "x"}
     assert filters.sampledb_restart_hash(reloaded, restart) == h
+    # archive.sh reads the object store's settings at each WAL file: another bucket or endpoint is no restart
+    assert filters.sampledb_restart_hash({**base, "objectstore.env": "SAMPLEDB_S3_URL=s3://b\n"}, restart) == h
     for changed in ({**base, "postgresql.conf": base["postgresql.conf"].replace("128MB", "256MB")},
                     {**base, "entrypoint.sh": "v2"}):
         assert filters.sampledb_restart_hash(changed, restart) != h

@@ -38,7 +38,7 @@ def test_a_healthy_database_is_ready_and_says_nothing_new() -> None:
     assert result["status"] == {
         "phase": "Ready", "version": "16", "readyReplicas": 3, "readyReplicasText": "3/3", "initialized": True,
         "currentPrimary": "db-0", "targetPrimary": None, "primaryLease": "db-primary", "primaryUnreadySince": None,
-        "upgrade": None}
+        "upgrade": None, "archive": None}
     assert conditions(result) == {"Ready": ("True", "Serving"), "Progressing": ("False", "Stable"),
                                   "Degraded": ("False", "AllServersHealthy")}
     assert result["events"] == [] and result["requeue_after"] == ""

@@ -130,13 +130,14 @@ def _conf_value(value):
 
 def sampledb_restart_hash(configmap_data, restart_parameters):
     """A short hash of what a server only takes by restarting: its scripts, and the settings of postgresql.conf that
-    PostgreSQL reads at start only (``restart_parameters``). Other settings and pg_hba.conf are reloaded in place, so a
-    change of them changes nothing here."""
+    PostgreSQL reads at start only (``restart_parameters``). Other settings, pg_hba.conf and the object store's
+    settings are read again in place, so a change of them changes nothing here."""
     import hashlib
 
     data = dict(configmap_data or {})
     conf = data.pop("postgresql.conf", "")
     data.pop("pg_hba.conf", None)
+    data.pop("objectstore.env", None)  # (read by archive.sh at each WAL file: a new store needs no restart)
     names = set(restart_parameters or [])
     kept = [line for line in conf.splitlines() if line.split("=", 1)[0].strip() in names]
     text = "\n".join(kept) + "\0" + "\0".join(f"{k}\0{v}" for k, v in sorted(data.items()))

@@ -17,6 +17,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 CHANGING = ("Provisioning", "Upgrading", "FailingOver", "SwitchingOver")
 UNREADY_SINCE = "sampledb.example.com/primary-unready-since"
+ARCHIVING = "ContinuousArchiving"
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -131,7 +132,21 @@ def _conditions(f: dict[str, Any], phase: str, failure: str, primary: str, prima
          "message": progress_message},
         {"type": "Degraded", "status": str(degraded_reason != "AllServersHealthy"), "reason": degraded_reason,
          "message": degraded_message},
+        *_archive_conditions(f),
     ]
+
+
+def _archive_conditions(f: dict[str, Any]) -> list[dict[str, str]]:
+    """ContinuousArchiving while spec.backup.objectStore is set (archive.sh's report on the primary, through
+    sampledb_archive_report); once unset, False with reason NotConfigured if it was ever reported."""
+    archive = f["archive"]
+    if not archive:
+        had = any(c.get("type") == ARCHIVING for c in f["status"].get("conditions") or [])
+        return [{"type": ARCHIVING, "status": "False", "reason": "NotConfigured",
+                 "message": "spec.backup.objectStore is not set: WAL is not archived"}] if had else []
+    healthy = archive.get("healthy")
+    return [{"type": ARCHIVING, "status": "Unknown" if healthy is None else str(bool(healthy)),
+             "reason": _text(archive.get("reason")), "message": _text(archive.get("message"))}]
 
 
 def _events(f: dict[str, Any], failure: str) -> list[dict[str, str]]:
@@ -149,6 +164,11 @@ def _events(f: dict[str, Any], failure: str) -> list[dict[str, str]]:
         events.append(("UpgradeFailed", "Warning", f["upgrade_failure"]))
     if f["restore_state"] == "Succeeded":
         events.append(("Restored", "Normal", f["restore_message"]))
+    archiving = next((c for c in conditions if c.get("type") == ARCHIVING), {})
+    if f["archive"].get("healthy") is False and archiving.get("reason") != f["archive"].get("reason"):
+        events.append(("ArchivingFailed", "Warning", _text(f["archive"].get("message"))))
+    elif f["archive"].get("healthy") is True and archiving.get("status") == "False":
+        events.append(("ArchivingResumed", "Normal", _text(f["archive"].get("message"))))
     if failure and f["was"] != "Failed":
         events.append(("RestoreFailed" if f["restore_failure"] else "BootstrapFailed", "Warning", failure))
     return [{"reason": reason, "type": kind, "message": message} for reason, kind, message in events]
@@ -176,6 +196,7 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
         "problems": sampledb_server_problems(found.get("server_pods")),
         "running_version": _text(found.get("running_version")),
         "now": _text(found.get("now")),
+        "archive": found.get("archive") if isinstance(found.get("archive"), dict) else {},
         **{k: _bool(found.get(k)) for k in ("upgrade_active", "upgrade_completed")},
         **{k: _text(found.get(k)) for k in ("upgrade_from", "upgrade_to", "upgrade_message", "upgrade_failure",
                                             "restore_state", "restore_message", "restore_failure")},
@@ -211,6 +232,7 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
     for field, key in (("storageSize", "storage_size"), ("backupStorageSize", "backup_storage_size")):
         if _text(found.get(key)):
             report[field] = _text(found.get(key))
+    report["archive"] = {k: v for k, v in f["archive"].items() if k not in ("healthy", "reason", "message")} or None
     identity = found.get("identity") or {}
     if isinstance(identity, dict) and (identity.get("systemIdentifier") or identity.get("error")) and \
             identity.get("checkedAt"):

@@ -1,0 +1,105 @@
+"""Continuous archiving (spec.backup.objectStore): where a database's WAL goes, and what its primary says of it.
+
+barman-cloud names an archive by a URL and a server name, and lays it out as <url>/<server>/{wals,base}; a path
+``team/orders`` in bucket ``b`` is URL ``s3://b/team`` and server ``orders``, so its WAL lands under
+``s3://b/team/orders/wals``.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from datetime import UTC, datetime
+from typing import Any
+
+KEYS_DIR = "/etc/sampledb-s3/archive"
+ACCESS_KEY_FILE = "ACCESS_KEY_ID"
+SECRET_KEY_FILE = "ACCESS_SECRET_KEY"
+
+
+def sampledb_objectstore(spec: Any, namespace: str, name: str) -> dict[str, Any]:
+    """spec.backup.objectStore as the servers use it ({} when unset): ``url`` and ``server`` (barman-cloud's),
+    ``location`` (where the archive is, for people), the Secret and its two keys, and ``env``: objectstore.env, the
+    settings archive.sh reads (never the keys: those are files from the Secret)."""
+    if not isinstance(spec, dict) or not spec.get("bucket"):
+        return {}
+    path = str(spec.get("path") or f"{namespace}/{name}").strip("/")
+    prefix, _, server = path.rpartition("/")
+    url = f"s3://{spec['bucket']}" + (f"/{prefix}" if prefix else "")
+    creds = spec.get("credentials") or {}
+    compression = str(spec.get("compression") or "gzip")
+    settings = {
+        "SAMPLEDB_S3_ENDPOINT": str(spec.get("endpointURL") or "").rstrip("/"),
+        "SAMPLEDB_S3_URL": url,
+        "SAMPLEDB_S3_SERVER": server,
+        "SAMPLEDB_S3_REGION": str(spec.get("region") or "us-east-1"),
+        "SAMPLEDB_S3_COMPRESSION": "" if compression == "none" else compression,
+        "SAMPLEDB_S3_KEYS": KEYS_DIR,
+    }
+    return {
+        "url": url,
+        "server": server,
+        "location": f"{url}/{server}",
+        "secret": str(creds.get("secretName") or ""),
+        "access_key_key": str(creds.get("accessKeyIdKey") or "ACCESS_KEY_ID"),
+        "secret_key_key": str(creds.get("secretAccessKeyKey") or "ACCESS_SECRET_KEY"),
+        "keys_dir": KEYS_DIR,
+        "env": "".join(f"{k}={shlex.quote(v)}\n" for k, v in settings.items()),
+    }
+
+
+def _epoch_iso(value: str) -> str:
+    try:
+        return datetime.fromtimestamp(int(value), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (TypeError, ValueError, OverflowError):
+        return ""
+
+
+def _decoded(value: str) -> str:
+    try:
+        return base64.b64decode(value.encode(), validate=True).decode(errors="replace").strip()
+    except (ValueError, UnicodeError):
+        return ""
+
+
+def sampledb_archive_report(text: Any, location: str = "", server: str = "") -> dict[str, Any]:
+    """What archive.sh --report printed on the primary (key=value pairs; the error base64) as status.archive, with
+    ``healthy`` (a bool) and ``reason``/``message`` for the ContinuousArchiving condition. ``text`` None or '' (the
+    primary could not be asked) is reported as not read."""
+    fields = dict(kv.split("=", 1) for kv in str(text or "").split() if "=" in kv)
+    if "now" not in fields:
+        why = (f"the primary {server} could not be asked" if server else "there is no primary to ask")
+        return {"destination": location, "healthy": None, "reason": "NotRead", "message": why}
+    now = int(fields.get("now") or 0)
+    waiting = int(fields.get("ready") or 0)
+    oldest = int(fields.get("oldest_ready") or 0)
+    lag = max(now - oldest, 0) if waiting and oldest else 0
+    report: dict[str, Any] = {
+        "destination": location,
+        "lastArchivedWal": fields.get("last_wal") or None,
+        "lastArchivedAt": _epoch_iso(fields.get("last_ok", "")) or None,
+        "waitingSegments": waiting,
+        "lagSeconds": lag,
+    }
+    error = _decoded(fields.get("error", ""))
+    failing = bool(error) and int(fields.get("error_at") or 0) >= int(fields.get("last_ok") or 0)
+    if failing:
+        report["lastError"] = error
+        report["lastErrorAt"] = _epoch_iso(fields.get("error_at", ""))
+        reason = "ArchiveNotEmpty" if "Expected empty archive" in error else "ArchivingFailing"
+        message = (f"spec.backup.objectStore.path: {location} already holds WAL (of another database, or of an "
+                   f"earlier one of this name): choose an empty path, or empty it"
+                   if reason == "ArchiveNotEmpty" else f"archiving to {location} fails: {error}")
+        report.update(healthy=False, reason=reason, message=message)
+        return report
+    if report["lastArchivedWal"]:
+        message = f"{report['lastArchivedWal']} archived to {location} at {report['lastArchivedAt']}"
+    else:
+        message = f"archiving to {location}; no segment completed yet"
+    report.update(healthy=True, reason="ArchivingWorks", message=message + f", {waiting} waiting")
+    return report
+
+
+class FilterModule:
+    def filters(self):
+        return {"sampledb_objectstore": sampledb_objectstore, "sampledb_archive_report": sampledb_archive_report}

@@ -1,0 +1,250 @@
+"""Continuous archiving to the local cluster's object store (versitygw beside the nodes, barman-cloud in the servers):
+deploy/samples/sampledb-objectstore.yaml as a user applies it archives its WAL, segment by segment, to the store, where
+barman-cloud gets the very bytes back; a second database aimed at the same path is refused, naming the field, and
+writes nothing there; a missing Secret is named before any server changes. On the cluster of three real nodes, with
+the operator as deployed."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+
+import yaml
+
+from localcluster.cluster import LocalCluster
+from localcluster.node import OBJECTSTORE_SECRET_KEY
+from tests.kube import Kube, wait_for
+from tests.operator import ROOT
+from tests.realnode import NODES_LANE, POSTGRES_IMAGE, freeze_postmaster, psql_in_server, simple_pod
+from tests.sampledb import GROUP, PLURAL, VERSION, get, wait_phase
+
+pytestmark = NODES_LANE
+
+SAMPLE = ROOT / "deploy" / "samples" / "sampledb-objectstore.yaml"
+ENDPOINT = "http://versitygw.objectstore.svc:7070"
+
+
+def keys_secret(kube: Kube, ns: str) -> None:
+    """Only the sample's Secret (the local store's keys)."""
+    secret = next(d for d in yaml.safe_load_all(SAMPLE.read_text()) if d["kind"] == "Secret")
+    kube.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(secret))
+
+
+def condition(kube: Kube, ns: str, name: str, kind: str) -> dict:
+    return next((c for c in (get(kube, ns, name).get("status") or {}).get("conditions") or []
+                 if c.get("type") == kind), {})
+
+
+def poke(kube: Kube, ns: str, name: str) -> None:
+    """A run now (an annotation change brings a SampleDB back at once), rather than at the reconcile period."""
+    kube.kubectl("-n", ns, "annotate", "sdb", name, f"test.example.com/poke={time.monotonic_ns()}", "--overwrite")
+
+
+def wait_condition(kube: Kube, ns: str, name: str, kind: str, status: str, timeout: float = 180) -> dict:
+    def check() -> dict | None:
+        found = condition(kube, ns, name, kind)
+        if found.get("status") == status:
+            return found
+        poke(kube, ns, name)
+        return None
+
+    return wait_for(f"{name}'s {kind} to be {status}", check, timeout=timeout, interval=5)
+
+
+def archived_files(cluster: LocalCluster, ns: str, name: str) -> dict[str, tuple[int, int]]:
+    """The archive's WAL objects, as the store keeps them on this machine: name → (size, mtime in ns)."""
+    wals = cluster.node.layout.objectstore / "sampledb" / ns / name / "wals"
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in wals.rglob("*") if p.is_file()}
+
+
+def switch_and_archive(kube: Kube, ns: str, pod: str) -> str:
+    """Writes, switches to a new segment and waits until the primary archived the one it left; returns its name."""
+    segment = psql_in_server(kube, ns, pod, "create table if not exists t (id serial, at timestamptz default now()); "
+                                            "insert into t select from generate_series(1, 1000); "
+                                            "select pg_walfile_name(pg_switch_wal())")
+    wait_for(f"{segment} archived by {pod}", lambda: psql_in_server(
+        kube, ns, pod, "select last_archived_wal >= '" + segment + "' from pg_stat_archiver") == "t",
+             timeout=120, interval=1)
+    return segment
+
+
+def run_pod(kube: Kube, ns: str, name: str, script: str, secret: str) -> str:
+    """A pod of the PostgreSQL image (barman-cloud in it) runs ``script`` with the Secret's keys in its environment."""
+    body = simple_pod(name, ["/bin/bash", "-c", script], image=POSTGRES_IMAGE,
+                      securityContext={"runAsNonRoot": True, "runAsUser": 999, "runAsGroup": 999})
+    body["spec"]["containers"][0]["env"] = [
+        {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": secret, "key": "ACCESS_KEY_ID"}}},
+        {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": secret, "key": "ACCESS_SECRET_KEY"}}},
+        {"name": "AWS_DEFAULT_REGION", "value": "us-east-1"}]
+    kube.core.create_namespaced_pod(ns, body)
+    phase = wait_for(f"{name} to finish", lambda: (
+        p := kube.core.read_namespaced_pod(name, ns).status.phase) in ("Succeeded", "Failed") and p, timeout=180)
+    out = kube.kubectl("-n", ns, "logs", name).stdout
+    assert phase == "Succeeded", out
+    return out
+
+
+def test_the_sample_archives_each_wal_segment_to_the_object_store_and_barman_gets_it_back(
+        nodes: Kube, nodes_namespace: str, nodes_cluster: LocalCluster, nodes_sampledb_operator) -> None:
+    nodes_sampledb_operator()
+    ns = nodes_namespace
+    nodes.kubectl("-n", ns, "apply", "-f", str(SAMPLE))  # as it is
+    db = wait_phase(nodes, ns, "ledger", timeout=420)
+    primary = db["status"]["currentPrimary"]
+
+    segment = switch_and_archive(nodes, ns, primary)
+    files = archived_files(nodes_cluster, ns, "ledger")
+    assert f"{segment}.gz" in files, sorted(files)  # gzip: the sample's default compression
+
+    # The store gives back the very bytes the primary wrote (barman-cloud-wal-restore, in a pod, with the keys).
+    on_primary = nodes.kubectl("-n", ns, "exec", primary, "-c", "postgres", "--", "bash", "-c",
+                               f'md5sum "$PGDATA/pg_wal/{segment}"').stdout.split()[0]
+    restored = run_pod(nodes, ns, "restore-segment", (
+        f"barman-cloud-wal-restore --endpoint-url {ENDPOINT} --addressing-style path s3://sampledb/{ns} ledger "
+        f"{segment} /tmp/segment && md5sum /tmp/segment"), "objectstore-keys").split()[0]
+    assert restored == on_primary
+
+    # Status says so, with the segment, and no more than what waits.
+    def reported() -> dict | None:
+        archive = (get(nodes, ns, "ledger").get("status") or {}).get("archive") or {}
+        if (archive.get("lastArchivedWal") or "") >= segment:
+            return archive
+        poke(nodes, ns, "ledger")
+        return None
+
+    found = wait_for("status.archive to name the archived segment", reported, timeout=180, interval=5)
+    assert found["destination"] == f"s3://sampledb/{ns}/ledger"
+    archiving = wait_condition(nodes, ns, "ledger", "ContinuousArchiving", "True")
+    assert archiving["reason"] == "ArchivingWorks", archiving
+
+    # The replicas never upload (the archive holds the primary's WAL only), yet they mark what the primary archived.
+    replicas = [p for p in (f"ledger-{i}" for i in range(3)) if p != primary]
+    for pod in replicas:
+        wait_for(f"{pod} to mark {segment} archived", lambda pod=pod: psql_in_server(
+            nodes, ns, pod, f"select coalesce(last_archived_wal >= '{segment}', false) from pg_stat_archiver") == "t",
+                 timeout=120, interval=2)
+
+    # The keys are nowhere a user or a log would show them.
+    shown = nodes.kubectl("-n", ns, "get", "sdb,statefulset,configmap,pod,event", "-o", "yaml").stdout
+    logs = "".join(nodes.kubectl("-n", ns, "logs", p, "-c", "postgres", check=False).stdout
+                   for p in (f"ledger-{i}" for i in range(3)))
+    assert OBJECTSTORE_SECRET_KEY not in shown and OBJECTSTORE_SECRET_KEY not in logs
+
+
+def test_a_second_database_on_an_archive_in_use_is_refused_naming_the_path_and_writes_nothing_there(
+        nodes: Kube, nodes_namespace: str, nodes_cluster: LocalCluster, nodes_sampledb_operator) -> None:
+    nodes_sampledb_operator()
+    ns = nodes_namespace
+    keys_secret(nodes, ns)
+    store = {"endpointURL": ENDPOINT, "bucket": "sampledb", "credentials": {"secretName": "objectstore-keys"}}
+
+    def create(name: str, **extra: object) -> None:
+        nodes.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "SampleDB", "metadata": {"name": name},
+            "spec": {"version": "15.18", "replicas": 1, "storage": {"size": "1Gi"}, "deletionPolicy": "Delete",
+                     "backup": {"schedule": "0 0 1 1 *", "objectStore": {**store, **extra}}}})
+
+    create("first")
+    first = wait_phase(nodes, ns, "first", timeout=300)["status"]["currentPrimary"]
+    switch_and_archive(nodes, ns, first)
+    before = archived_files(nodes_cluster, ns, "first")
+
+    create("second", path=f"{ns}/first")
+    second = wait_phase(nodes, ns, "second", timeout=300)["status"]["currentPrimary"]
+    psql_in_server(nodes, ns, second, "create table t (id int); insert into t values (1); select pg_switch_wal()")
+    refused = wait_condition(nodes, ns, "second", "ContinuousArchiving", "False")
+    assert refused["reason"] == "ArchiveNotEmpty", refused
+    assert refused["message"].startswith(f"spec.backup.objectStore.path: s3://sampledb/{ns}/first already holds WAL")
+    # The first database's archive is as it was: nothing of the second's overwrote or joined it.
+    after = archived_files(nodes_cluster, ns, "first")
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert psql_in_server(nodes, ns, second, "select archived_count from pg_stat_archiver") == "0"
+
+
+def test_a_missing_keys_secret_is_named_before_any_server_changes(
+        nodes: Kube, nodes_namespace: str, nodes_sampledb_operator) -> None:
+    nodes_sampledb_operator()
+    ns = nodes_namespace
+    nodes.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "SampleDB", "metadata": {"name": "nokeys"},
+        "spec": {"version": "15.18", "replicas": 1, "storage": {"size": "1Gi"}, "deletionPolicy": "Delete",
+                 "backup": {"objectStore": {"endpointURL": ENDPOINT, "bucket": "sampledb",
+                                            "credentials": {"secretName": "not-there"}}}}})
+    degraded = wait_for("Degraded to name the Secret", lambda: (
+        c := condition(nodes, ns, "nokeys", "Degraded")).get("status") == "True" and c, timeout=120, interval=2)
+    assert "spec.backup.objectStore.credentials: no such Secret (Secret not-there" in degraded["message"], degraded
+    assert nodes.kubectl("-n", ns, "get", "statefulset", "nokeys", check=False).returncode != 0
+    # (a Secret with only one of the keys names the other)
+    nodes.kubectl("-n", ns, "create", "secret", "generic", "not-there", "--from-literal=ACCESS_KEY_ID=x")
+    wait_for("Degraded to name the missing key", lambda: "no key ACCESS_SECRET_KEY" in (
+        condition(nodes, ns, "nokeys", "Degraded").get("message") or poke(nodes, ns, "nokeys") or ""),
+             timeout=120, interval=5)
+
+
+def segments(files: dict[str, tuple[int, int]]) -> dict[int, list[int]]:
+    """The archived WAL segments by timeline: their numbers (log * 256 + segment, 16 MB segments), sorted (a segment's
+    .partial, which a promoted standby archives, and a backup's label in it count as that segment)."""
+    out: dict[int, set[int]] = {}
+    for f in files:
+        name = f.split(".")[0]
+        if len(name) == 24:
+            out.setdefault(int(name[:8], 16), set()).add(int(name[8:16], 16) * 256 + int(name[16:], 16))
+    return {tli: sorted(nums) for tli, nums in out.items()}
+
+
+def test_archiving_rides_out_an_object_store_outage_and_follows_a_switchover_and_a_failover(
+        nodes: Kube, nodes_namespace: str, nodes_cluster: LocalCluster, nodes_sampledb_operator) -> None:
+    nodes_sampledb_operator()
+    ns = nodes_namespace
+    nodes.kubectl("-n", ns, "apply", "-f", str(SAMPLE))
+    nodes.kubectl("-n", ns, "patch", "sdb", "ledger", "--type=merge", "-p", '{"spec": {"deletionPolicy": "Delete"}}')
+    primary = wait_phase(nodes, ns, "ledger", timeout=420)["status"]["currentPrimary"]
+    switch_and_archive(nodes, ns, primary)
+
+    # The store down for a minute: the segments completed meanwhile wait on the primary, status says why.
+    print(nodes_cluster.objectstore("stop"))
+    try:
+        down_at = time.monotonic()
+        during = [psql_in_server(nodes, ns, primary, "insert into t select from generate_series(1, 1000); "
+                                                     "select pg_walfile_name(pg_switch_wal())") for _ in range(2)]
+        failing = wait_condition(nodes, ns, "ledger", "ContinuousArchiving", "False")
+        assert failing["reason"] == "ArchivingFailing", failing
+        print(f"while the store is down: {failing['message']}")
+        archive = get(nodes, ns, "ledger")["status"]["archive"]
+        assert archive["waitingSegments"] >= 2 and archive["lastError"], archive
+        assert not set(during) & {f.split(".")[0] for f in archived_files(nodes_cluster, ns, "ledger")}
+        time.sleep(max(0.0, 60 - (time.monotonic() - down_at)))
+    finally:
+        print(nodes_cluster.objectstore("start"))
+    # Back: the backlog goes (the archiver tries again within a minute, or at the next segment), status recovers.
+    after = switch_and_archive(nodes, ns, primary)
+    assert wait_condition(nodes, ns, "ledger", "ContinuousArchiving", "True")["reason"] == "ArchivingWorks"
+    held = {f.split(".")[0] for f in archived_files(nodes_cluster, ns, "ledger")}
+    assert set(during) <= held and after in held
+
+    # A switchover, then a failover: each new primary archives its new timeline (its history file first).
+    replica = next(p for p in (f"ledger-{i}" for i in range(3)) if p != primary)
+    nodes.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "ledger", {
+        "metadata": {"annotations": {"sampledb.example.com/switchover-to": replica}}})
+    wait_for(f"{replica} to be the primary", lambda: get(nodes, ns, "ledger")["status"].get("currentPrimary") == replica
+             and get(nodes, ns, "ledger")["status"].get("phase") == "Ready", timeout=180, interval=2)
+    on_second = switch_and_archive(nodes, ns, replica)
+    freeze_postmaster(nodes, ns, replica)  # (hung: failed over once the grace is over)
+    third = wait_for("a failover", lambda: (p := get(nodes, ns, "ledger")["status"].get("currentPrimary")) != replica
+                     and get(nodes, ns, "ledger")["status"].get("phase") == "Ready" and p, timeout=240, interval=2)
+    on_third = switch_and_archive(nodes, ns, third)
+    assert wait_condition(nodes, ns, "ledger", "ContinuousArchiving", "True")["reason"] == "ArchivingWorks"
+
+    files = archived_files(nodes_cluster, ns, "ledger")
+    tlis = segments(files)
+    second_tli, third_tli = int(on_second[:8], 16), int(on_third[:8], 16)
+    assert 1 < second_tli < third_tli, (on_second, on_third)
+    stems = {f.removesuffix(".gz").removesuffix(".bz2").removesuffix(".xz") for f in files}
+    assert {f"{second_tli:08X}.history", f"{third_tli:08X}.history"} <= stems, sorted(files)
+    # No hole: each timeline's segments run on without a gap, and the next one begins where it left off.
+    for tli, nums in tlis.items():
+        assert nums == list(range(nums[0], nums[-1] + 1)), (tli, nums)
+    for older, newer in itertools.pairwise(sorted(tlis)):
+        assert tlis[newer][0] <= tlis[older][-1] + 1, (older, tlis[older][-1], newer, tlis[newer][0])
+    print(f"archived: {', '.join(f'timeline {t}: {len(n)} segments' for t, n in sorted(tlis.items()))}")

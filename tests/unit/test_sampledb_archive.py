@@ -1,0 +1,111 @@
+"""Continuous archiving's decisions (roles/common/filter_plugins/sampledb_archive.py and the status it leads to):
+where a database's WAL goes, and what status says of the primary's report."""
+
+from __future__ import annotations
+
+import base64
+import shlex
+
+from tests.plugins import plugin
+from tests.unit.test_sampledb_status import conditions, found
+
+archive = plugin("roles/common/filter_plugins/sampledb_archive.py")
+status = plugin("roles/status/filter_plugins/sampledb_status.py")
+
+STORE = {"endpointURL": "http://versitygw.objectstore.svc:7070/", "bucket": "sampledb",
+         "credentials": {"secretName": "s3-keys"}}
+
+
+def env_of(store: dict) -> dict[str, str]:
+    return {k: shlex.split(v)[0] if shlex.split(v) else "" for k, v in
+            (line.split("=", 1) for line in store["env"].splitlines())}
+
+
+def test_the_archive_is_at_namespace_and_name_unless_a_path_is_given() -> None:
+    store = archive.sampledb_objectstore(STORE, "shop", "orders")
+    assert (store["url"], store["server"], store["location"]) == ("s3://sampledb/shop", "orders",
+                                                                  "s3://sampledb/shop/orders")
+    assert (store["secret"], store["access_key_key"], store["secret_key_key"]) == (
+        "s3-keys", "ACCESS_KEY_ID", "ACCESS_SECRET_KEY")
+    env = env_of(store)
+    assert env["SAMPLEDB_S3_ENDPOINT"] == "http://versitygw.objectstore.svc:7070"
+    assert env["SAMPLEDB_S3_COMPRESSION"] == "gzip" and env["SAMPLEDB_S3_REGION"] == "us-east-1"
+    deep = archive.sampledb_objectstore({**STORE, "path": "team/a/orders", "compression": "none"}, "shop", "orders")
+    assert (deep["url"], deep["server"]) == ("s3://sampledb/team/a", "orders")
+    assert env_of(deep)["SAMPLEDB_S3_COMPRESSION"] == ""
+    top = archive.sampledb_objectstore({**STORE, "path": "orders"}, "shop", "x")
+    assert (top["url"], top["server"]) == ("s3://sampledb", "orders")
+    assert archive.sampledb_objectstore({}, "shop", "orders") == {}
+    assert archive.sampledb_objectstore(None, "shop", "orders") == {}
+
+
+def test_the_keys_are_never_in_the_settings_the_servers_read() -> None:
+    store = archive.sampledb_objectstore({**STORE, "credentials": {"secretName": "k", "accessKeyIdKey": "id",
+                                                                    "secretAccessKeyKey": "sk"}}, "ns", "db")
+    assert (store["access_key_key"], store["secret_key_key"]) == ("id", "sk")
+    assert "id" not in env_of(store).values() and "sk" not in env_of(store).values()
+
+
+def report(**fields: object) -> str:
+    base = {"now": 1000, "last_ok": 990, "last_wal": "000000010000000000000003", "error_at": "", "error": "",
+            "ready": 0, "oldest_ready": "", "destination": "s3://sampledb/ns/db"}
+    base.update(fields)
+    return " ".join(f"{k}={v}" for k, v in base.items())
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_the_primary_s_report_becomes_status_archive() -> None:
+    ok = archive.sampledb_archive_report(report(ready=2, oldest_ready=955), "s3://sampledb/ns/db", "db-0")
+    assert ok["healthy"] is True and ok["reason"] == "ArchivingWorks"
+    assert ok["lastArchivedWal"] == "000000010000000000000003" and ok["lastArchivedAt"] == "1970-01-01T00:16:30Z"
+    assert (ok["waitingSegments"], ok["lagSeconds"]) == (2, 45)
+    assert "2 waiting" in ok["message"]
+    unread = archive.sampledb_archive_report("", "s3://sampledb/ns/db", "db-0")
+    assert unread["healthy"] is None and unread["reason"] == "NotRead" and "db-0" in unread["message"]
+    assert archive.sampledb_archive_report(None, "s3://x/y")["message"] == "there is no primary to ask"
+
+
+def test_a_failure_newer_than_the_last_success_is_reported_with_its_message() -> None:
+    failing = archive.sampledb_archive_report(
+        report(error_at=995, error=b64("Could not connect to the endpoint URL"), ready=1, oldest_ready=960),
+        "s3://sampledb/ns/db")
+    assert failing["healthy"] is False and failing["reason"] == "ArchivingFailing"
+    assert "Could not connect to the endpoint URL" in failing["message"] and failing["lagSeconds"] == 40
+    # a failure an upload since then made good is history
+    assert archive.sampledb_archive_report(report(error_at=985, error=b64("boom")), "s3://x/y")["healthy"] is True
+    taken = archive.sampledb_archive_report(
+        report(last_ok="", last_wal="", error_at=995, error=b64("ERROR: WAL archive check failed for server db: "
+                                                                "Expected empty archive")), "s3://sampledb/ns/db")
+    assert taken["reason"] == "ArchiveNotEmpty"
+    assert taken["message"].startswith("spec.backup.objectStore.path: s3://sampledb/ns/db already holds WAL")
+
+
+def test_status_has_continuous_archiving_only_while_an_object_store_is_set() -> None:
+    healthy = archive.sampledb_archive_report(report(), "s3://sampledb/ns/db", "db-0")
+    result = status.sampledb_status(found(archive=healthy))
+    assert conditions(result)["ContinuousArchiving"] == ("True", "ArchivingWorks")
+    assert result["status"]["archive"]["destination"] == "s3://sampledb/ns/db"
+    assert "healthy" not in result["status"]["archive"]
+    assert "ContinuousArchiving" not in conditions(status.sampledb_status(found()))
+    # unset after it was reported: False, and status.archive removed
+    was = {"phase": "Ready", "conditions": [{"type": "ContinuousArchiving", "status": "True"}]}
+    unset = status.sampledb_status(found(status=was))
+    assert conditions(unset)["ContinuousArchiving"] == ("False", "NotConfigured")
+    assert unset["status"]["archive"] is None
+    unread = archive.sampledb_archive_report("", "s3://sampledb/ns/db", "db-0")
+    assert conditions(status.sampledb_status(found(archive=unread)))["ContinuousArchiving"] == ("Unknown", "NotRead")
+
+
+def test_a_failing_archive_is_an_event_once_and_its_recovery_another() -> None:
+    failing = archive.sampledb_archive_report(report(error_at=995, error=b64("AccessDenied")), "s3://b/ns/db")
+    first = status.sampledb_status(found(archive=failing))
+    assert conditions(first)["ContinuousArchiving"] == ("False", "ArchivingFailing")
+    assert [e["reason"] for e in first["events"]] == ["ArchivingFailed"]
+    again = status.sampledb_status(found(archive=failing, status={"phase": "Ready", "conditions": first["conditions"]}))
+    assert again["events"] == []
+    healthy = archive.sampledb_archive_report(report(), "s3://b/ns/db")
+    resumed = status.sampledb_status(found(archive=healthy, status={"phase": "Ready", "conditions": first["conditions"]}))
+    assert [e["reason"] for e in resumed["events"]] == ["ArchivingResumed"]
