@@ -3,6 +3,7 @@ who they run as, what they reach, and what the servers are configured with. test
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -152,3 +153,29 @@ def test_only_the_operator_replaces_a_server_and_only_the_finalizer_deletes_a_vo
     spec = rendered["statefulset.yaml.j2"][0]["spec"]
     assert spec["updateStrategy"] == {"type": "OnDelete"} and spec["podManagementPolicy"] == "Parallel"
     assert spec["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+
+
+def test_an_object_store_adds_archiving_and_its_keys_to_the_server_alone(rendered) -> None:
+    """Without spec.backup.objectStore nothing of archiving is rendered (a database without one renders as before);
+    with it: archive_mode and archive.sh, the settings without the keys, the Secret's two keys as files in the server
+    container only (optional: a server starts without them)."""
+    plain = rendered["configmap.yaml.j2"][0]["data"]
+    assert "archive_" not in plain["postgresql.conf"] and not {"archive.sh", "objectstore.env"} & set(plain)
+    assert "objectstore-keys" not in json.dumps(rendered["statefulset.yaml.j2"][0])
+    store = {"endpointURL": "http://versitygw.objectstore.svc:7070", "bucket": "sampledb",
+             "credentials": {"secretName": "keys", "accessKeyIdKey": "id", "secretAccessKeyKey": "secret"}}
+    [out] = render((["configmap.yaml.j2", "statefulset.yaml.j2"], sampledb_vars(
+        "db", replicas=3, backup={"schedule": "30 0 * * *", "retention": 7, "suspend": False, "storageSize": "2Gi",
+                                  "archiveTimeout": "30s", "objectStore": store})))
+    data = out["configmap.yaml.j2"][0]["data"]
+    conf = dict(line.split(" = ", 1) for line in data["postgresql.conf"].splitlines())
+    assert (conf["archive_mode"], conf["archive_timeout"]) == ("'always'", "'30s'")
+    assert conf["archive_command"] == "'/bin/bash /etc/sampledb/archive.sh %p'"
+    assert "archive.sh" in data and "SAMPLEDB_S3_URL=s3://sampledb/ns/db\n" in data["objectstore.env"]
+    spec = pod_spec(out["statefulset.yaml.j2"][0])
+    volume = next(v for v in spec["volumes"] if v["name"] == "objectstore-keys")["secret"]
+    assert volume == {"secretName": "keys", "optional": True, "defaultMode": 0o440,
+                      "items": [{"key": "id", "path": "ACCESS_KEY_ID"}, {"key": "secret", "path": "ACCESS_SECRET_KEY"}]}
+    mounted = {c["name"]: [m["name"] for m in c.get("volumeMounts", [])]
+               for c in spec["containers"] + spec.get("initContainers", [])}
+    assert [c for c, mounts in mounted.items() if "objectstore-keys" in mounts] == ["postgres"]

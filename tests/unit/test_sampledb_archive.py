@@ -21,20 +21,21 @@ def env_of(store: dict) -> dict[str, str]:
             (line.split("=", 1) for line in store["env"].splitlines())}
 
 
-def test_the_archive_is_at_namespace_and_name_unless_a_path_is_given() -> None:
-    store = archive.sampledb_objectstore(STORE, "shop", "orders")
-    assert (store["url"], store["server"], store["location"]) == ("s3://sampledb/shop", "orders",
-                                                                  "s3://sampledb/shop/orders")
+def test_the_archive_is_at_namespace_and_name_unless_a_path_is_given_each_major_apart() -> None:
+    store = archive.sampledb_objectstore(STORE, "shop", "orders", "15.18")
+    assert (store["url"], store["location"]) == ("s3://sampledb/shop/orders", "s3://sampledb/shop/orders/pg15")
     assert (store["secret"], store["access_key_key"], store["secret_key_key"]) == (
         "s3-keys", "ACCESS_KEY_ID", "ACCESS_SECRET_KEY")
     env = env_of(store)
     assert env["SAMPLEDB_S3_ENDPOINT"] == "http://versitygw.objectstore.svc:7070"
+    assert env["SAMPLEDB_S3_URL"] == "s3://sampledb/shop/orders"
     assert env["SAMPLEDB_S3_COMPRESSION"] == "gzip" and env["SAMPLEDB_S3_REGION"] == "us-east-1"
-    deep = archive.sampledb_objectstore({**STORE, "path": "team/a/orders", "compression": "none"}, "shop", "orders")
-    assert (deep["url"], deep["server"]) == ("s3://sampledb/team/a", "orders")
+    assert (env["SAMPLEDB_S3_CALL_SECONDS"], env["SAMPLEDB_STANDBY_HOLD_MB"]) == ("30", "1024")
+    deep = archive.sampledb_objectstore({**STORE, "path": "team/a/orders", "compression": "none"}, "shop", "orders",
+                                        "18.6", 512, 20)
+    assert (deep["url"], deep["location"]) == ("s3://sampledb/team/a/orders", "s3://sampledb/team/a/orders/pg18")
     assert env_of(deep)["SAMPLEDB_S3_COMPRESSION"] == ""
-    top = archive.sampledb_objectstore({**STORE, "path": "orders"}, "shop", "x")
-    assert (top["url"], top["server"]) == ("s3://sampledb", "orders")
+    assert (env_of(deep)["SAMPLEDB_S3_CALL_SECONDS"], env_of(deep)["SAMPLEDB_STANDBY_HOLD_MB"]) == ("20", "512")
     assert archive.sampledb_objectstore({}, "shop", "orders") == {}
     assert archive.sampledb_objectstore(None, "shop", "orders") == {}
 
@@ -48,7 +49,7 @@ def test_the_keys_are_never_in_the_settings_the_servers_read() -> None:
 
 def report(**fields: object) -> str:
     base = {"now": 1000, "last_ok": 990, "last_wal": "000000010000000000000003", "error_at": "", "error": "",
-            "ready": 0, "oldest_ready": "", "destination": "s3://sampledb/ns/db"}
+            "ready": 0, "oldest_ready": "", "destination": "s3://sampledb/ns/db/pg15", "archive_mode": "always"}
     base.update(fields)
     return " ".join(f"{k}={v}" for k, v in base.items())
 
@@ -58,7 +59,7 @@ def b64(text: str) -> str:
 
 
 def test_the_primary_s_report_becomes_status_archive() -> None:
-    ok = archive.sampledb_archive_report(report(ready=2, oldest_ready=955), "s3://sampledb/ns/db", "db-0")
+    ok = archive.sampledb_archive_report(report(ready=2, oldest_ready=955), "s3://sampledb/ns/db/pg15", "db-0")
     assert ok["healthy"] is True and ok["reason"] == "ArchivingWorks"
     assert ok["lastArchivedWal"] == "000000010000000000000003" and ok["lastArchivedAt"] == "1970-01-01T00:16:30Z"
     assert (ok["waitingSegments"], ok["lagSeconds"]) == (2, 45)
@@ -77,17 +78,28 @@ def test_a_failure_newer_than_the_last_success_is_reported_with_its_message() ->
     # a failure an upload since then made good is history
     assert archive.sampledb_archive_report(report(error_at=985, error=b64("boom")), "s3://x/y")["healthy"] is True
     taken = archive.sampledb_archive_report(
-        report(last_ok="", last_wal="", error_at=995, error=b64("ERROR: WAL archive check failed for server db: "
+        report(last_ok="", last_wal="", error_at=995, error=b64("WAL archive check failed for server pg15: "
                                                                 "Expected empty archive")), "s3://sampledb/ns/db")
     assert taken["reason"] == "ArchiveNotEmpty"
-    assert taken["message"].startswith("spec.backup.objectStore.path: s3://sampledb/ns/db already holds WAL")
+    # (the destination the primary reports: its own major's)
+    assert taken["message"].startswith("spec.backup.objectStore.path: s3://sampledb/ns/db/pg15 already holds WAL of "
+                                       "another database")
+    # a failure that left no message is a failure all the same
+    silent = archive.sampledb_archive_report(report(error_at=995, error=""), "s3://x/y")
+    assert silent["healthy"] is False and silent["lastError"] == "failed without a message"
+
+
+def test_a_primary_not_yet_restarted_with_archive_mode_is_not_archiving() -> None:
+    pending = archive.sampledb_archive_report(report(archive_mode="off", last_ok="", last_wal=""), "s3://x/y")
+    assert pending["healthy"] is False and pending["reason"] == "NotArchivingYet"
+    assert "archive_mode=off" in pending["message"]
 
 
 def test_status_has_continuous_archiving_only_while_an_object_store_is_set() -> None:
     healthy = archive.sampledb_archive_report(report(), "s3://sampledb/ns/db", "db-0")
     result = status.sampledb_status(found(archive=healthy))
     assert conditions(result)["ContinuousArchiving"] == ("True", "ArchivingWorks")
-    assert result["status"]["archive"]["destination"] == "s3://sampledb/ns/db"
+    assert result["status"]["archive"]["destination"] == "s3://sampledb/ns/db/pg15"
     assert "healthy" not in result["status"]["archive"]
     assert "ContinuousArchiving" not in conditions(status.sampledb_status(found()))
     # unset after it was reported: False, and status.archive removed
@@ -109,3 +121,20 @@ def test_a_failing_archive_is_an_event_once_and_its_recovery_another() -> None:
     healthy = archive.sampledb_archive_report(report(), "s3://b/ns/db")
     resumed = status.sampledb_status(found(archive=healthy, status={"phase": "Ready", "conditions": first["conditions"]}))
     assert [e["reason"] for e in resumed["events"]] == ["ArchivingResumed"]
+
+
+def test_a_missing_secret_is_named_in_continuous_archiving() -> None:
+    unread = archive.sampledb_archive_report("", "s3://b/ns/db/pg15", "db-0")
+    problem = "spec.backup.objectStore.credentials: no such Secret (Secret k in namespace ns): create it"
+    result = status.sampledb_status(found(archive=unread, archive_problem=problem))
+    assert conditions(result)["ContinuousArchiving"] == ("False", "CredentialsMissing")
+    assert next(c for c in result["conditions"] if c["type"] == "ContinuousArchiving")["message"] == problem
+    assert [e["reason"] for e in result["events"]] == ["ArchivingFailed"]
+
+
+def test_a_primary_that_cannot_be_asked_keeps_what_it_last_said() -> None:
+    was = {"phase": "Ready", "archive": {"destination": "s3://b/ns/db/pg15", "lagSeconds": 420, "waitingSegments": 3,
+                                         "lastArchivedWal": "000000010000000000000003"}}
+    unread = archive.sampledb_archive_report("", "s3://b/ns/db/pg15", "db-0")
+    result = status.sampledb_status(found(archive=unread, status=was))
+    assert result["status"]["archive"]["lagSeconds"] == 420 and result["status"]["archive"]["waitingSegments"] == 3

@@ -1,8 +1,9 @@
 """Continuous archiving (spec.backup.objectStore): where a database's WAL goes, and what its primary says of it.
 
 barman-cloud names an archive by a URL and a server name, and lays it out as <url>/<server>/{wals,base}; a path
-``team/orders`` in bucket ``b`` is URL ``s3://b/team`` and server ``orders``, so its WAL lands under
-``s3://b/team/orders/wals``.
+``team/orders`` in bucket ``b`` is URL ``s3://b/team/orders``, and PostgreSQL 15's archive there the server ``pg15``,
+so its WAL lands under ``s3://b/team/orders/pg15/wals``: a major upgrade (a new database, whose WAL names begin again)
+archives beside the old major's, never over it.
 """
 
 from __future__ import annotations
@@ -17,29 +18,31 @@ ACCESS_KEY_FILE = "ACCESS_KEY_ID"
 SECRET_KEY_FILE = "ACCESS_SECRET_KEY"
 
 
-def sampledb_objectstore(spec: Any, namespace: str, name: str) -> dict[str, Any]:
-    """spec.backup.objectStore as the servers use it ({} when unset): ``url`` and ``server`` (barman-cloud's),
-    ``location`` (where the archive is, for people), the Secret and its two keys, and ``env``: objectstore.env, the
+def sampledb_objectstore(spec: Any, namespace: str, name: str, major: Any = "", standby_hold_mb: Any = 1024,
+                         call_seconds: Any = 30) -> dict[str, Any]:
+    """spec.backup.objectStore as the servers use it ({} when unset): ``url`` (barman-cloud's: each major version's
+    archive is the server ``pg<major>`` below it, which archive.sh names from its image's PG_MAJOR), ``location``
+    (where this major's archive is, for people), the Secret and its two keys, and ``env``: objectstore.env, the
     settings archive.sh reads (never the keys: those are files from the Secret)."""
     if not isinstance(spec, dict) or not spec.get("bucket"):
         return {}
     path = str(spec.get("path") or f"{namespace}/{name}").strip("/")
-    prefix, _, server = path.rpartition("/")
-    url = f"s3://{spec['bucket']}" + (f"/{prefix}" if prefix else "")
+    url = f"s3://{spec['bucket']}/{path}"
     creds = spec.get("credentials") or {}
     compression = str(spec.get("compression") or "gzip")
     settings = {
         "SAMPLEDB_S3_ENDPOINT": str(spec.get("endpointURL") or "").rstrip("/"),
         "SAMPLEDB_S3_URL": url,
-        "SAMPLEDB_S3_SERVER": server,
         "SAMPLEDB_S3_REGION": str(spec.get("region") or "us-east-1"),
         "SAMPLEDB_S3_COMPRESSION": "" if compression == "none" else compression,
         "SAMPLEDB_S3_KEYS": KEYS_DIR,
+        "SAMPLEDB_S3_CALL_SECONDS": str(int(call_seconds)),
+        "SAMPLEDB_STANDBY_HOLD_MB": str(int(standby_hold_mb)),
     }
+    major = str(major).split(".")[0]
     return {
         "url": url,
-        "server": server,
-        "location": f"{url}/{server}",
+        "location": f"{url}/pg{major}" if major else url,
         "secret": str(creds.get("secretName") or ""),
         "access_key_key": str(creds.get("accessKeyIdKey") or "ACCESS_KEY_ID"),
         "secret_key_key": str(creds.get("secretAccessKeyKey") or "ACCESS_SECRET_KEY"),
@@ -67,6 +70,7 @@ def sampledb_archive_report(text: Any, location: str = "", server: str = "") -> 
     ``healthy`` (a bool) and ``reason``/``message`` for the ContinuousArchiving condition. ``text`` None or '' (the
     primary could not be asked) is reported as not read."""
     fields = dict(kv.split("=", 1) for kv in str(text or "").split() if "=" in kv)
+    location = fields.get("destination") or location
     if "now" not in fields:
         why = (f"the primary {server} could not be asked" if server else "there is no primary to ask")
         return {"destination": location, "healthy": None, "reason": "NotRead", "message": why}
@@ -81,14 +85,19 @@ def sampledb_archive_report(text: Any, location: str = "", server: str = "") -> 
         "waitingSegments": waiting,
         "lagSeconds": lag,
     }
-    error = _decoded(fields.get("error", ""))
-    failing = bool(error) and int(fields.get("error_at") or 0) >= int(fields.get("last_ok") or 0)
+    mode = fields.get("archive_mode") or ""
+    if mode and mode != "always":
+        report.update(healthy=False, reason="NotArchivingYet",
+                      message=f"the primary runs with archive_mode={mode} until the rollout restarts it")
+        return report
+    failing = bool(fields.get("error_at")) and int(fields.get("error_at") or 0) >= int(fields.get("last_ok") or 0)
     if failing:
+        error = _decoded(fields.get("error", "")) or "failed without a message"
         report["lastError"] = error
         report["lastErrorAt"] = _epoch_iso(fields.get("error_at", ""))
         reason = "ArchiveNotEmpty" if "Expected empty archive" in error else "ArchivingFailing"
-        message = (f"spec.backup.objectStore.path: {location} already holds WAL (of another database, or of an "
-                   f"earlier one of this name): choose an empty path, or empty it"
+        message = (f"spec.backup.objectStore.path: {location} already holds WAL of another database (or of an "
+                   f"earlier one of this name): an archive holds one database's WAL; choose another path"
                    if reason == "ArchiveNotEmpty" else f"archiving to {location} fails: {error}")
         report.update(healthy=False, reason=reason, message=message)
         return report

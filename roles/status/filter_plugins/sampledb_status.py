@@ -136,17 +136,28 @@ def _conditions(f: dict[str, Any], phase: str, failure: str, primary: str, prima
     ]
 
 
-def _archive_conditions(f: dict[str, Any]) -> list[dict[str, str]]:
-    """ContinuousArchiving while spec.backup.objectStore is set (archive.sh's report on the primary, through
-    sampledb_archive_report); once unset, False with reason NotConfigured if it was ever reported."""
+def _archive_state(f: dict[str, Any]) -> tuple[str, str, str]:
+    """ContinuousArchiving's status, reason and message while spec.backup.objectStore is set ("" when it is not):
+    what is missing of its Secret first, else archive.sh's report on the primary (sampledb_archive_report)."""
     archive = f["archive"]
     if not archive:
+        return "", "", ""
+    if f["archive_problem"]:
+        return "False", "CredentialsMissing", f["archive_problem"]
+    healthy = archive.get("healthy")
+    return ("Unknown" if healthy is None else str(bool(healthy)), _text(archive.get("reason")),
+            _text(archive.get("message")))
+
+
+def _archive_conditions(f: dict[str, Any]) -> list[dict[str, str]]:
+    """ContinuousArchiving while spec.backup.objectStore is set; once unset, False with reason NotConfigured if it was
+    ever reported."""
+    status, reason, message = _archive_state(f)
+    if not status:
         had = any(c.get("type") == ARCHIVING for c in f["status"].get("conditions") or [])
         return [{"type": ARCHIVING, "status": "False", "reason": "NotConfigured",
                  "message": "spec.backup.objectStore is not set: WAL is not archived"}] if had else []
-    healthy = archive.get("healthy")
-    return [{"type": ARCHIVING, "status": "Unknown" if healthy is None else str(bool(healthy)),
-             "reason": _text(archive.get("reason")), "message": _text(archive.get("message"))}]
+    return [{"type": ARCHIVING, "status": status, "reason": reason, "message": message}]
 
 
 def _events(f: dict[str, Any], failure: str) -> list[dict[str, str]]:
@@ -164,11 +175,12 @@ def _events(f: dict[str, Any], failure: str) -> list[dict[str, str]]:
         events.append(("UpgradeFailed", "Warning", f["upgrade_failure"]))
     if f["restore_state"] == "Succeeded":
         events.append(("Restored", "Normal", f["restore_message"]))
-    archiving = next((c for c in conditions if c.get("type") == ARCHIVING), {})
-    if f["archive"].get("healthy") is False and archiving.get("reason") != f["archive"].get("reason"):
-        events.append(("ArchivingFailed", "Warning", _text(f["archive"].get("message"))))
-    elif f["archive"].get("healthy") is True and archiving.get("status") == "False":
-        events.append(("ArchivingResumed", "Normal", _text(f["archive"].get("message"))))
+    was = next((c for c in conditions if c.get("type") == ARCHIVING), {})
+    status, reason, message = _archive_state(f)
+    if status == "False" and was.get("reason") != reason:
+        events.append(("ArchivingFailed", "Warning", message))
+    elif status == "True" and was.get("status") == "False":
+        events.append(("ArchivingResumed", "Normal", message))
     if failure and f["was"] != "Failed":
         events.append(("RestoreFailed" if f["restore_failure"] else "BootstrapFailed", "Warning", failure))
     return [{"reason": reason, "type": kind, "message": message} for reason, kind, message in events]
@@ -197,6 +209,7 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
         "running_version": _text(found.get("running_version")),
         "now": _text(found.get("now")),
         "archive": found.get("archive") if isinstance(found.get("archive"), dict) else {},
+        "archive_problem": _text(found.get("archive_problem")),
         **{k: _bool(found.get(k)) for k in ("upgrade_active", "upgrade_completed")},
         **{k: _text(found.get(k)) for k in ("upgrade_from", "upgrade_to", "upgrade_message", "upgrade_failure",
                                             "restore_state", "restore_message", "restore_failure")},
@@ -232,7 +245,10 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
     for field, key in (("storageSize", "storage_size"), ("backupStorageSize", "backup_storage_size")):
         if _text(found.get(key)):
             report[field] = _text(found.get(key))
-    report["archive"] = {k: v for k, v in f["archive"].items() if k not in ("healthy", "reason", "message")} or None
+    archive = {k: v for k, v in f["archive"].items() if k not in ("healthy", "reason", "message")}
+    if archive and f["archive"].get("healthy") is None:  # not read in this run: what was last read stands
+        archive = {**(status.get("archive") or {}), **archive}
+    report["archive"] = archive or None
     identity = found.get("identity") or {}
     if isinstance(identity, dict) and (identity.get("systemIdentifier") or identity.get("error")) and \
             identity.get("checkedAt"):
