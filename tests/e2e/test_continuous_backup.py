@@ -1,8 +1,8 @@
 """Continuous archiving to the local cluster's object store (versitygw beside the nodes, barman-cloud in the servers):
 deploy/samples/sampledb-objectstore.yaml as a user applies it archives its WAL, segment by segment, to the store, where
 barman-cloud gets the very bytes back; a second database aimed at the same path is refused, naming the field, and
-writes nothing there; a missing Secret is named before any server changes. On the cluster of three real nodes, with
-the operator as deployed."""
+writes nothing there; a missing Secret is named while the server runs, which archives once it is there; an outage
+and a failover during it leave no hole. On the cluster of three real nodes, with the operator as deployed."""
 
 from __future__ import annotations
 

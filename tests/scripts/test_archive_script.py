@@ -28,7 +28,7 @@ class Box:
     calls: Path
 
     def archive(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        base = {"PATH": f"{self.root / 'bin'}:{os.environ['PATH']}", "PGDATA": str(self.pgdata), "PG_MAJOR": "15",
+        base = {"PATH": f"{self.root / 'bin'}:{os.environ['PATH']}", "PGDATA": str(self.pgdata),
                 "PGHOST": str(self.run), "POSTGRES_PASSWORD": "pw", "PRIMARY_HOST": "db-primary",
                 "PRIMARY_PORT": "5432", "FAKE_CALLS": str(self.calls)}
         return subprocess.run(["bash", str(self.root / "etc" / "archive.sh"), *args], env={**base, **env},
@@ -51,6 +51,7 @@ def box(tmp_path: Path) -> Box:
     root = tmp_path
     for d in ("bin", "etc", "keys", "run", "data/pg_wal/archive_status"):
         (root / d).mkdir(parents=True)
+    (root / "data" / "PG_VERSION").write_text("15\n")  # (the data's major names the archive: pg15)
     shutil.copy(SCRIPT, root / "etc" / "archive.sh")
     (root / "etc" / "objectstore.env").write_text(
         "SAMPLEDB_S3_ENDPOINT=http://store:7070\nSAMPLEDB_S3_URL=s3://b/ns/db\nSAMPLEDB_S3_REGION=us-east-1\n"
@@ -64,6 +65,7 @@ def box(tmp_path: Path) -> Box:
         (root / "bin" / name).write_text(
             "#!/bin/bash\n"
             f'echo "{name} $* env=${{AWS_ACCESS_KEY_ID:-}}/${{AWS_SECRET_ACCESS_KEY:+set}}" >>"$FAKE_CALLS"\n'
+            f'sleep "${{FAKE_{var}_SLEEP:-0}}"\n'
             f'[ -n "${{FAKE_{var}_OUT:-}}" ] && printf "%s\\n" "$FAKE_{var}_OUT"\n'
             f'exit "${{FAKE_{var}_EXIT:-0}}"\n')
         (root / "bin" / name).chmod(0o755)
@@ -102,9 +104,9 @@ def test_an_archive_in_use_is_refused_and_the_message_kept_without_the_keys(box:
 
 
 def test_a_failure_without_a_message_and_unreadable_keys_are_recorded(box: Box) -> None:
-    silent = box.archive(f"pg_wal/{SEGMENT}", FAKE_BARMAN_CLOUD_CHECK_WAL_ARCHIVE_EXIT="137")
+    silent = box.archive(f"pg_wal/{SEGMENT}", FAKE_BARMAN_CLOUD_CHECK_WAL_ARCHIVE_EXIT="3")
     assert silent.returncode == 1
-    assert base64.b64decode(box.report()["error"]).decode() == "exit status 137, no message"
+    assert base64.b64decode(box.report()["error"]).decode() == "exit status 3, no message"
     (box.root / "keys" / "ACCESS_SECRET_KEY").unlink()
     box.archive(f"pg_wal/{SEGMENT}")
     assert "keys are not readable" in base64.b64decode(box.report()["error"]).decode()
@@ -133,11 +135,41 @@ def test_a_standby_whose_primary_archives_elsewhere_does_not_take_its_destinatio
     assert not (box.pgdata / "sampledb-archive-checked").exists()
 
 
-def test_a_standby_lets_wal_go_past_its_budget_and_says_so(box: Box) -> None:
+def test_a_standby_lets_wal_go_past_its_budget_and_keeps_where_until_the_primary_archived_past_it(box: Box) -> None:
     (box.pgdata / "standby.signal").touch()
     box.ready(*(f"0000000200000000000000{n:02X}" for n in range(16, 20)))  # 4 x 16 MB = its 64 MB budget
     assert box.archive(f"pg_wal/{SEGMENT}", FAKE_PSQL_EXIT="2").returncode == 1
-    box.ready("000000020000000000000014")
-    assert box.archive(f"pg_wal/{SEGMENT}", FAKE_PSQL_EXIT="2").returncode == 0
-    assert "let 000000020000000000000010 go unarchived" in base64.b64decode(box.report()["error"]).decode()
-    assert box.report()["ready"] == "5"
+    box.ready("000000020000000000000014", "00000002.history")  # (a history file is no segment: not counted)
+    let_go = box.archive(f"pg_wal/{SEGMENT}", FAKE_PSQL_EXIT="2")
+    assert let_go.returncode == 0 and "let 000000020000000000000010 go" in let_go.stderr
+    assert box.archive("pg_wal/000000020000000000000011", FAKE_PSQL_EXIT="2").returncode == 0
+    assert box.report()["gap"] == SEGMENT  # the first it let go: promoted now, it would report it
+    # the primary archives past it: no gap after all
+    assert box.archive("pg_wal/000000020000000000000012", FAKE_PSQL_OUT="000000020000000000000012").returncode == 0
+    assert box.report()["gap"] == "" and not (box.pgdata / "sampledb-archive-gap").exists()
+
+
+def test_a_backup_label_the_primary_archived_last_stands_for_its_segment(box: Box) -> None:
+    (box.pgdata / "standby.signal").touch()
+    assert box.archive(f"pg_wal/{SEGMENT}", FAKE_PSQL_OUT=f"{SEGMENT}.00000028.backup").returncode == 0
+    assert box.archive("pg_wal/000000020000000000000011",
+                       FAKE_PSQL_OUT=f"{SEGMENT}.00000028.backup").returncode == 1
+
+
+def test_a_stopping_server_uploads_nothing_more_and_a_store_that_does_not_answer_is_given_up_on(box: Box) -> None:
+    (box.run / "sampledb-stopping").touch()
+    assert box.archive(f"pg_wal/{SEGMENT}").returncode == 1 and box.recorded() == []
+    (box.run / "sampledb-stopping").unlink()
+    env = (box.root / "etc" / "objectstore.env")
+    env.write_text(env.read_text().replace("SAMPLEDB_S3_CALL_SECONDS=10", "SAMPLEDB_S3_CALL_SECONDS=1"))
+    hung = box.archive(f"pg_wal/{SEGMENT}", FAKE_BARMAN_CLOUD_CHECK_WAL_ARCHIVE_SLEEP="30")
+    assert hung.returncode == 1  # (never above 125: PostgreSQL would take its archiver for failed)
+    assert base64.b64decode(box.report()["error"]).decode() == "no answer from the object store within 1s (or killed)"
+
+
+def test_the_report_says_why_when_the_settings_are_not_there_yet(box: Box) -> None:
+    (box.root / "etc" / "objectstore.env").unlink()
+    out = box.archive("--report")
+    assert out.returncode == 0
+    fields = dict(kv.split("=", 1) for kv in out.stdout.split() if "=" in kv)
+    assert "spec.backup.objectStore is not rolled out" in base64.b64decode(fields["error"]).decode()

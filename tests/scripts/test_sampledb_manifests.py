@@ -170,7 +170,7 @@ def test_an_object_store_adds_archiving_and_its_keys_to_the_server_alone(rendere
     data = out["configmap.yaml.j2"][0]["data"]
     conf = dict(line.split(" = ", 1) for line in data["postgresql.conf"].splitlines())
     assert (conf["archive_mode"], conf["archive_timeout"]) == ("'always'", "'30s'")
-    assert conf["archive_command"] == "'/bin/bash /etc/sampledb/archive.sh %p'"
+    assert conf["archive_command"] == "'test -r /etc/sampledb/archive.sh && /bin/bash /etc/sampledb/archive.sh %p'"
     assert "archive.sh" in data and "SAMPLEDB_S3_URL=s3://sampledb/ns/db\n" in data["objectstore.env"]
     spec = pod_spec(out["statefulset.yaml.j2"][0])
     volume = next(v for v in spec["volumes"] if v["name"] == "objectstore-keys")["secret"]

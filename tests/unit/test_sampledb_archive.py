@@ -91,7 +91,7 @@ def test_a_failure_newer_than_the_last_success_is_reported_with_its_message() ->
 
 def test_a_primary_not_yet_restarted_with_archive_mode_is_not_archiving() -> None:
     pending = archive.sampledb_archive_report(report(archive_mode="off", last_ok="", last_wal=""), "s3://x/y")
-    assert pending["healthy"] is False and pending["reason"] == "NotArchivingYet"
+    assert pending["healthy"] is None and pending["reason"] == "NotArchivingYet"  # (Unknown: the rollout is on it)
     assert "archive_mode=off" in pending["message"]
 
 
@@ -138,3 +138,16 @@ def test_a_primary_that_cannot_be_asked_keeps_what_it_last_said() -> None:
     unread = archive.sampledb_archive_report("", "s3://b/ns/db/pg15", "db-0")
     result = status.sampledb_status(found(archive=unread, status=was))
     assert result["status"]["archive"]["lagSeconds"] == 420 and result["status"]["archive"]["waitingSegments"] == 3
+
+
+def test_a_gap_a_standby_left_before_its_promotion_is_reported_and_errors_clear_once_healthy() -> None:
+    gap = archive.sampledb_archive_report(report(gap="000000010000000000000007"), "s3://b/ns/db/pg15")
+    assert gap["healthy"] is False and gap["reason"] == "ArchiveGap"
+    assert "may miss WAL from 000000010000000000000007" in gap["message"]
+    healthy = archive.sampledb_archive_report(report(), "s3://b/ns/db/pg15")
+    # (a merge patch of status removes what an earlier failure left)
+    assert healthy["lastError"] is None and healthy["lastErrorAt"] is None and healthy["gapFrom"] is None
+    was = {"phase": "Ready", "archive": {"destination": "s3://b/ns/db/pg15", "lastError": "boom"}}
+    assert status.sampledb_status(found(archive=healthy, status=was))["status"]["archive"]["lastError"] is None
+    unread = archive.sampledb_archive_report("", "s3://b/ns/db/pg15", "db-0")
+    assert "destination" not in unread  # (the primary's own, last read, stands)

@@ -71,9 +71,9 @@ def sampledb_archive_report(text: Any, location: str = "", server: str = "") -> 
     primary could not be asked) is reported as not read."""
     fields = dict(kv.split("=", 1) for kv in str(text or "").split() if "=" in kv)
     location = fields.get("destination") or location
-    if "now" not in fields:
+    if "now" not in fields:  # (what was last read stands: the status role keeps it)
         why = (f"the primary {server} could not be asked" if server else "there is no primary to ask")
-        return {"destination": location, "healthy": None, "reason": "NotRead", "message": why}
+        return {"healthy": None, "reason": "NotRead", "message": why}
     now = int(fields.get("now") or 0)
     waiting = int(fields.get("ready") or 0)
     oldest = int(fields.get("oldest_ready") or 0)
@@ -84,10 +84,14 @@ def sampledb_archive_report(text: Any, location: str = "", server: str = "") -> 
         "lastArchivedAt": _epoch_iso(fields.get("last_ok", "")) or None,
         "waitingSegments": waiting,
         "lagSeconds": lag,
+        # (None: a merge patch removes what an earlier failure or gap left)
+        "lastError": None,
+        "lastErrorAt": None,
+        "gapFrom": fields.get("gap") or None,
     }
     mode = fields.get("archive_mode") or ""
     if mode and mode != "always":
-        report.update(healthy=False, reason="NotArchivingYet",
+        report.update(healthy=None, reason="NotArchivingYet",
                       message=f"the primary runs with archive_mode={mode} until the rollout restarts it")
         return report
     failing = bool(fields.get("error_at")) and int(fields.get("error_at") or 0) >= int(fields.get("last_ok") or 0)
@@ -100,6 +104,12 @@ def sampledb_archive_report(text: Any, location: str = "", server: str = "") -> 
                    f"earlier one of this name): an archive holds one database's WAL; choose another path"
                    if reason == "ArchiveNotEmpty" else f"archiving to {location} fails: {error}")
         report.update(healthy=False, reason=reason, message=message)
+        return report
+    if report["gapFrom"]:
+        report.update(healthy=False, reason="ArchiveGap", message=(
+            f"the archive at {location} may miss WAL from {report['gapFrom']}: the primary let it go while it was a "
+            f"standby and the archive failed (more than its share of its volume waited), and was promoted before the "
+            f"old primary archived it"))
         return report
     if report["lastArchivedWal"]:
         message = f"{report['lastArchivedWal']} archived to {location} at {report['lastArchivedAt']}"

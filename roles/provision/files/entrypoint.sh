@@ -34,10 +34,14 @@ ME=${POD_NAME:-$HOSTNAME}
 log() { echo "sampledb: $*" >&2; }
 
 server="" child="" stopping=0 terminated=0 fencing=0 termed=0
+# (archive.sh uploads nothing more once this is there: the shutdown waits for the archiver, and the WAL left is
+# archived after the restart or by the standby promoted instead)
+STOPPING_MARK=${PGHOST:-/var/run/postgresql}/sampledb-stopping
 on_stop() {
   stopping=1
   if [ -n "$server" ]; then
     log "stopping the server (fast shutdown: open sessions are disconnected)"
+    : >"$STOPPING_MARK" 2>/dev/null || true
     kill -INT "$server" 2>/dev/null || true
   fi
   [ -z "$child" ] || kill -TERM "$child" 2>/dev/null || true
@@ -345,7 +349,7 @@ log "starting as $start_as"
 # A server killed in an earlier start of this container left its socket's lock file in the (kept) socket directory;
 # the new server refuses it when its pid names a live process here, as it may after a restart. None runs here now.
 rm -f "${PGHOST:-/var/run/postgresql}"/.s.PGSQL.*.lock
-rm -f "$STARTING"
+rm -f "$STARTING" "$STOPPING_MARK"
 printf -v launched '%(%s)T' -1
 postgres -D "$PGDATA" "${opts[@]}" {NAP_FD}<&- &
 server=$!
@@ -381,6 +385,7 @@ if [ -n "${LEASE_TERM_SECONDS:-}" ]; then
         # (this script is told first: told after, it could see the server gone before the signal and end the
         # container as for a crash; either is a signal sent at once, which nothing can hold up)
         kill -USR1 $$ 2>/dev/null || true
+        : >"$STOPPING_MARK" 2>/dev/null || true
         kill -INT "$server" 2>/dev/null || true
         # (by the clock, not by counting naps: the operator promotes another server, without a word from this node,
         # once the term and this stop time have passed)

@@ -246,8 +246,8 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
         if _text(found.get(key)):
             report[field] = _text(found.get(key))
     archive = {k: v for k, v in f["archive"].items() if k not in ("healthy", "reason", "message")}
-    if archive and f["archive"].get("healthy") is None:  # not read in this run: what was last read stands
-        archive = {**(status.get("archive") or {}), **archive}
+    if f["archive"] and not archive:  # not read in this run: what was last read stands
+        archive = dict(status.get("archive") or {})
     report["archive"] = archive or None
     identity = found.get("identity") or {}
     if isinstance(identity, dict) and (identity.get("systemIdentifier") or identity.get("error")) and \
