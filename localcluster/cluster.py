@@ -566,15 +566,15 @@ class LocalCluster:
         return archives
 
     # ----------------------------------------------------------------- faults
-    def objectstore(self, action: str, bucket: str = "") -> str:
+    def objectstore(self, action: netnode.StoreAction, bucket: str = "") -> str:
         """The object store's outage (stop, start) or a new bucket in it; says what was done."""
         ports = self._load_ports()
         if not self.real_node or ports is None:
             raise ClusterError(f"cluster {self.name!r} has no running real node (cluster up --real-node)")
         with self._locked():
-            if action == "stop":
+            if action is netnode.StoreAction.STOP:
                 return "object store stopped" if self._stop("versitygw") else "the object store was not running"
-            if action == "start":
+            if action is netnode.StoreAction.START:
                 self._start_objectstore(ports, {"versitygw": self.pid("versitygw")})
                 return f"object store running on {self.node.objectstore}"
             self.node.create_bucket(bucket)
@@ -731,7 +731,7 @@ def main(argv: list[str]) -> int:
     fault.add_argument("fault", choices=[f.value for f in netnode.Fault])
     store = sub.add_parser("objectstore", help="the object store beside the node: stop or start it (an outage), or "
                                                "make a bucket")
-    store.add_argument("action", choices=["stop", "start", "bucket"])
+    store.add_argument("action", choices=[a.value for a in netnode.StoreAction])
     store.add_argument("bucket", nargs="?", default="", help="with bucket: its name")
     args = parser.parse_args(argv)
     nodes = getattr(args, "nodes", None)
@@ -768,9 +768,10 @@ def main(argv: list[str]) -> int:
         elif args.command == "node":
             print(cluster.fault(args.node_name, netnode.Fault(args.fault)), file=sys.stderr)
         elif args.command == "objectstore":
-            if args.action == "bucket" and not args.bucket:
+            action = netnode.StoreAction(args.action)
+            if action is netnode.StoreAction.BUCKET and not args.bucket:
                 parser.error("objectstore bucket needs the bucket's name")
-            print(cluster.objectstore(args.action, args.bucket), file=sys.stderr)
+            print(cluster.objectstore(action, args.bucket), file=sys.stderr)
         elif args.command == "images":
             for ref, archive in cluster.load_images(args.operator).items():
                 print(f"{ref}\t{archive}")

@@ -108,6 +108,8 @@ BARMAN_COMMANDS: tuple[str, ...] = ("backup", "backup-delete", "backup-list", "b
 # botocore's models of every AWS service are most of its size; barman-cloud talks to S3 (and STS for roles).
 BOTOCORE_SERVICES: tuple[str, ...] = ("s3", "sts")
 OPERATOR_PACKAGES: tuple[str, ...] = ("python3", "python3-venv", "tini")  # tini: PID 1, reaping orphans
+# How a customize hook runs python3 and pip in the image being built: a clean environment, no pip cache left behind.
+CHROOT_PIP_ENV = "env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1"
 # Copied from the project into the operator image's working directory (deploy/Dockerfile's COPY lines).
 OPERATOR_WORKDIR_FILES: tuple[str, ...] = ("watches.yaml", "roles", "playbooks", "deploy/rbac/role.yaml")
 # The project files the operator image is made of; their bytes are part of its key.
@@ -1159,14 +1161,13 @@ def _barman_hook(house: Path) -> str:
     """mmdebstrap customize-hook lines: barman-cloud in BARMAN_VENV (seeing Debian's psycopg2), its commands in
     /usr/local/bin, botocore's models of services other than BOTOCORE_SERVICES left out."""
     q = shlex.quote
-    pip_env = "env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1"
     keep = "|".join(BOTOCORE_SERVICES)
     links = " ".join(f"barman-cloud-{c}" for c in BARMAN_COMMANDS)
     return (
         'mkdir -p "$root/tmp/barman"\n'
         f'cp {q(str(house))}/*.whl {q(str(house))}/requirements.txt "$root/tmp/barman/"\n'
-        f'chroot "$root" {pip_env} /usr/bin/python3 -m venv --system-site-packages {BARMAN_VENV}\n'
-        f'chroot "$root" {pip_env} {BARMAN_VENV}/bin/pip install -q --no-index --find-links /tmp/barman '
+        f'chroot "$root" {CHROOT_PIP_ENV} /usr/bin/python3 -m venv --system-site-packages {BARMAN_VENV}\n'
+        f'chroot "$root" {CHROOT_PIP_ENV} {BARMAN_VENV}/bin/pip install -q --no-index --find-links /tmp/barman '
         '-r /tmp/barman/requirements.txt\n'
         f'data=$(echo "$root"{BARMAN_VENV}/lib/python3*/site-packages/botocore/data)\n'
         f'for d in "$data"/*/; do case $(basename "$d") in {keep}) ;; *) rm -rf "$d" ;; esac; done\n'
@@ -1205,7 +1206,6 @@ def _operator_base(project: Path, log: Path) -> tuple[Path, Layer]:
         (work / "requirements.txt").write_text("\n".join(_project_dependencies(project)) + "\n")
         shutil.copyfile(project / "constraints.txt", work / "constraints.txt")
         q = shlex.quote
-        pip_env = "env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1"
         essential = _passwd_lines("ansible", OPERATOR_UID, 0, "/opt/ansible", "/bin/sh") + (
             f'mkdir -p "$root/opt/ansible"\nchown {OPERATOR_UID}:0 "$root/opt/ansible"\nchmod 0755 "$root/opt/ansible"\n'
         )
@@ -1213,8 +1213,8 @@ def _operator_base(project: Path, log: Path) -> tuple[Path, Layer]:
             'mkdir -p "$root/tmp/build/wheels"\n'
             f'cp {q(str(house))}/*.whl "$root/tmp/build/wheels/"\n'
             f'cp {q(str(work / "requirements.txt"))} {q(str(work / "constraints.txt"))} "$root/tmp/build/"\n'
-            f'chroot "$root" {pip_env} /usr/bin/python3 -m venv /opt/venv\n'
-            f'chroot "$root" {pip_env} /opt/venv/bin/pip install -q --no-index --find-links /tmp/build/wheels '
+            f'chroot "$root" {CHROOT_PIP_ENV} /usr/bin/python3 -m venv /opt/venv\n'
+            f'chroot "$root" {CHROOT_PIP_ENV} /opt/venv/bin/pip install -q --no-index --find-links /tmp/build/wheels '
             '-c /tmp/build/constraints.txt -r /tmp/build/requirements.txt\n'
             'rm -rf "$root/tmp/build" "$root/root/.cache"\n'
         )

@@ -53,6 +53,14 @@ PARTITION_CHAIN = "PO-PARTITION"
 MAX_NODES = 9  # node i is 10.97.0.1i on the link and 10.244.i.0/24 for its pods
 
 
+class StoreAction(enum.StrEnum):
+    """What `cluster objectstore` does to the object store beside the node(s)."""
+
+    STOP = "stop"
+    START = "start"
+    BUCKET = "bucket"
+
+
 class Fault(enum.StrEnum):
     POWEROFF = "poweroff"
     POWERON = "poweron"

@@ -410,11 +410,11 @@ state = "{lay.containerd_state}"
 
     def create_bucket(self, bucket: str) -> None:
         """A bucket in the node's object store, owned by its keys (versitygw's own admin command); idempotent."""
+        if bucket in self.buckets():
+            return
         env = {**self.env("versitygw"), "ADMIN_ACCESS_KEY_ID": OBJECTSTORE_ACCESS_KEY,
                "ADMIN_SECRET_ACCESS_KEY": OBJECTSTORE_SECRET_KEY, "ADMIN_REGION": OBJECTSTORE_REGION,
                "ADMIN_ENDPOINT_URL": f"http://{self.objectstore}"}
-        if bucket in self.buckets():
-            return
         proc = subprocess.run([str(nodebuild.versitygw_binary()), "admin", "create-bucket", "--owner",
                                OBJECTSTORE_ACCESS_KEY, "--bucket", bucket], capture_output=True, text=True, env=env,
                               timeout=30)

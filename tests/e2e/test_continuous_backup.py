@@ -13,6 +13,7 @@ import time
 import yaml
 
 from localcluster.cluster import LocalCluster
+from localcluster.netnode import StoreAction
 from localcluster.node import OBJECTSTORE_SECRET_KEY
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT
@@ -224,7 +225,7 @@ def test_a_failover_during_an_outage_leaves_no_hole_and_a_switchover_archives_it
     first = wait_phase(nodes, ns, "ledger", timeout=420)["status"]["currentPrimary"]
     switch_and_archive(nodes, ns, first)
 
-    print(nodes_cluster.objectstore("stop"))
+    print(nodes_cluster.objectstore(StoreAction.STOP))
     try:
         down_at = time.monotonic()
         during = [psql_in_server(nodes, ns, first, "insert into t select from generate_series(1, 1000); "
@@ -242,7 +243,7 @@ def test_a_failover_during_an_outage_leaves_no_hole_and_a_switchover_archives_it
                           timeout=240, interval=2)
         time.sleep(max(0.0, 60 - (time.monotonic() - down_at)))
     finally:
-        print(nodes_cluster.objectstore("start"))
+        print(nodes_cluster.objectstore(StoreAction.START))
     on_second = switch_and_archive(nodes, ns, second)
     assert wait_condition(nodes, ns, "ledger", "ContinuousArchiving", "True")["reason"] == "ArchivingWorks"
     held = {f.split(".")[0] for f in archived_files(nodes_cluster, ns, "ledger")}
