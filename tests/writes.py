@@ -267,7 +267,8 @@ def assert_safe(kube: Kube, namespace: str, name: str, writes: Writes, observati
     primary = get(kube, namespace, name)["status"]["currentPrimary"]
     assert psql_in_server(kube, namespace, primary, "select pg_is_in_recovery()") == "f"
     missing = sorted(set(writes.acked) - table_rows(kube, namespace, primary))
-    assert may_lose or not missing, f"{len(missing)} acknowledged rows lost: {missing[:20]}"
+    assert may_lose or not missing, (f"{len(missing)} acknowledged rows lost: {missing[:20]}\n"
+                                     + lost_rows_context(kube, namespace, name, writes, missing, observations, servers))
     assert primaries_overlap(observations) == [], "two servers accepted writes at once (polled)"
     for pod in servers:
         if pod != primary:
@@ -276,6 +277,31 @@ def assert_safe(kube: Kube, namespace: str, name: str, writes: Writes, observati
     overlaps = history_overlaps(server_history(kube, namespace, servers), time.time())
     assert overlaps == [], f"two servers could take writes at once (their own records): {overlaps}"
     return primary
+
+
+def lost_rows_context(kube: Kube, namespace: str, name: str, writes: Writes, missing: list[int], observations: list,
+                      servers: list[str]) -> str:
+    """What a user would look at when acknowledged rows are missing: when they were acknowledged, which servers the
+    checker saw taking writes around then, each server's own record, and the database's Events."""
+    acked = sorted(writes.acked[n] for n in missing)
+    first, last = acked[0], acked[-1]
+    lines = [f"lost rows acknowledged from {time.strftime('%H:%M:%S', time.gmtime(first))} to "
+             f"{time.strftime('%H:%M:%S', time.gmtime(last))} UTC",
+             "primary spells polled: " + ", ".join(f"{pod} {time.strftime('%H:%M:%S', time.gmtime(a))}-"
+                                                     f"{time.strftime('%H:%M:%S', time.gmtime(b))}"
+                                                     for pod, a, b in primary_spells(observations))]
+    try:
+        for pod, records in server_history(kube, namespace, servers).items():
+            lines += [f"{pod}: " + "; ".join(f"{time.strftime('%H:%M:%S', time.gmtime(at))} {what}"
+                                             for at, what in records[-12:])]
+    except Exception as error:  # (context for a failure already found: never a failure of its own)
+        lines.append(f"server records unreadable: {error}")
+    for pod in servers:
+        log = kube.kubectl("-n", namespace, "logs", pod, "-c", "postgres", "--tail=40", "--timestamps", check=False)
+        lines.append(f"--- {pod}'s server, last lines ---\n{log.stdout}{log.stderr}")
+    events = kube.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False)
+    lines.append(events.stdout[-6000:])
+    return "\n".join(lines)
 
 
 def kill_operator_mid_change(kube: Kube, namespace: str, name: str, old: str, operator, start) -> None:

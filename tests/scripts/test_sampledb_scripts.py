@@ -926,6 +926,37 @@ def test_state_and_history_say_what_each_server_holds_and_when_it_could_take_wri
     assert events == [["st-0", "writable"], ["st-0", "stopped"]], events
 
 
+def _lsn(text: str) -> int:
+    high, low = text.split("/")
+    return int(high, 16) << 32 | int(low, 16)
+
+
+def test_a_replica_not_running_says_how_far_the_wal_on_its_volume_goes(node) -> None:
+    """A replica whose server is not running (stopped, starting, waiting for its label) may hold the only copy of
+    acknowledged commits, received since the last checkpoint pg_control records: state.sh reads how far the WAL on
+    its volume goes, so that the operator's choice of whom to promote counts them. A server that never had that WAL
+    is not taken for one that has."""
+    db = node(PG15).database("wal", replicas=2, replication={"mode": "async"})
+    a, b = started_streaming(db, "CREATE TABLE t (x int)")
+    a.sql("CHECKPOINT")
+    for _ in range(5):
+        a.sql("INSERT INTO t SELECT generate_series(1, 2000)")
+    received = a.sql("SELECT pg_current_wal_lsn()")
+    wait_for("b to have received it", lambda: b.sql(f"SELECT pg_last_wal_receive_lsn() >= '{received}'") == "t",
+             timeout=30)
+    os.kill(server_pid(b), signal.SIGKILL)  # (killed: pg_control records only its last restartpoint)
+    wait_for("b's container to end", b.exited, timeout=30)
+    a.sql("INSERT INTO t SELECT generate_series(1, 2000)")  # (never received by b)
+    later = a.sql("SELECT pg_current_wal_lsn()")
+    stopped = _state(b)
+    assert stopped["running"] == "no"
+    assert _lsn(received) <= _lsn(stopped["lsn"]) < _lsn(later), (received, stopped, later)
+    # and once its server runs again
+    b.start("replica")
+    b.wait_ready()
+    assert _lsn(_state(b)["lsn"]) >= _lsn(received)
+
+
 def test_a_primary_runs_only_while_its_lease_agent_reads_the_lease_naming_it(node) -> None:
     """With more than one server, a primary starts, is promoted and keeps running only while the last read of the
     Lease its agent made (sampledb-lease in the run directory) names it and was sent less than a term ago: a primary
