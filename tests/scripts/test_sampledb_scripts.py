@@ -931,16 +931,20 @@ def _lsn(text: str) -> int:
     return int(high, 16) << 32 | int(low, 16)
 
 
-def test_a_replica_not_running_says_how_far_the_wal_on_its_volume_goes(node) -> None:
-    """A replica whose server is not running (stopped, starting, waiting for its label) may hold the only copy of
-    acknowledged commits, received since the last checkpoint pg_control records: state.sh reads how far the WAL on
-    its volume goes, so that the operator's choice of whom to promote counts them. A server that never had that WAL
-    is not taken for one that has."""
-    db = node(PG15).database("wal", replicas=2, replication={"mode": "async"})
+@pytest.mark.parametrize("major", ["15", "18"])
+def test_a_replica_not_running_says_how_far_the_wal_on_its_volume_goes(node, major: str) -> None:
+    """A replica whose server is not running (killed, starting, waiting for its label) may hold the only copy of
+    acknowledged commits, received since the last restartpoint pg_control records: state.sh reads how far the WAL on
+    its volume goes, so that the operator's choice of whom to promote counts them; never further than it does, even
+    when a client wrote text that looks like a WAL position into the WAL (any user may emit a logical message)."""
+    db = node(PG15 if major == "15" else pg18_bin()).database("wal", replicas=2, replication={"mode": "async"})
     a, b = started_streaming(db, "CREATE TABLE t (x int)")
     a.sql("CHECKPOINT")
     for _ in range(5):
         a.sql("INSERT INTO t SELECT generate_series(1, 2000)")
+    # (its last records: text that a parser of pg_waldump's descriptions would take for a position far ahead)
+    a.sql("SELECT pg_logical_emit_message(false, 'p lsn: 7FFFFFFF/00000000, ', 'x')")
+    a.sql("SELECT pg_logical_emit_message(false, E'q\\nrmgr: XLOG len (rec/tot): 1/ 9999, tx: 0, lsn: 7FFFFFFF/0, prev 0/0, desc: X', 'y')")
     received = a.sql("SELECT pg_current_wal_lsn()")
     wait_for("b to have received it", lambda: b.sql(f"SELECT pg_last_wal_receive_lsn() >= '{received}'") == "t",
              timeout=30)
@@ -949,12 +953,46 @@ def test_a_replica_not_running_says_how_far_the_wal_on_its_volume_goes(node) -> 
     a.sql("INSERT INTO t SELECT generate_series(1, 2000)")  # (never received by b)
     later = a.sql("SELECT pg_current_wal_lsn()")
     stopped = _state(b)
-    assert stopped["running"] == "no"
+    assert stopped["running"] == "no" and stopped["timeline"] == "1"
     assert _lsn(received) <= _lsn(stopped["lsn"]) < _lsn(later), (received, stopped, later)
     # and once its server runs again
     b.start("replica")
     b.wait_ready()
     assert _lsn(_state(b)["lsn"]) >= _lsn(received)
+
+
+def test_a_replica_not_running_counts_the_wal_it_received_on_the_new_primarys_timeline(node) -> None:
+    """A replica that followed a promoted server onto its new timeline, killed before a restartpoint there: its
+    pg_control names the old timeline, its volume holds WAL of the new one; state.sh follows the history file from the
+    fork and reports the new timeline and everything it received on it."""
+    db = node(PG15).database("tl", replicas=3, replication={"mode": "async"})
+    a, b, c = db.pods
+    a.start("primary")
+    a.wait_ready()
+    a.sql("CREATE TABLE t (x int)")
+    for replica in (b, c):
+        replica.start("replica")
+        replica.wait_ready()
+    wait_for("b and c to stream", lambda: a.sql("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")
+             == "2", timeout=30)
+    demoted(a)
+    b.label("primary")
+    wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
+    # (restarted here: this harness gives a container the primary's port when it starts, where a pod has the
+    # primary's Service)
+    c.stop()
+    c.start()
+    c.wait_ready()
+    b.sql("INSERT INTO t SELECT generate_series(1, 5000)")
+    received = b.sql("SELECT pg_current_wal_lsn()")
+    wait_for("c to have received it", lambda: c.sql(f"SELECT pg_last_wal_receive_lsn() >= '{received}'") == "t",
+             timeout=30)
+    os.kill(server_pid(c), signal.SIGKILL)
+    wait_for("c's container to end", c.exited, timeout=30)
+    stopped = _state(c)
+    assert stopped["running"] == "no" and stopped["timeline"] == "2", stopped
+    assert _lsn(stopped["lsn"]) >= _lsn(received), (received, stopped)
+    assert _lsn(stopped["lsn"]) <= _lsn(b.sql("SELECT pg_current_wal_lsn()")), stopped
 
 
 def test_a_primary_runs_only_while_its_lease_agent_reads_the_lease_naming_it(node) -> None:

@@ -19,6 +19,8 @@ set -uo pipefail
 sql() { PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=3 PGOPTIONS="-c statement_timeout=3000" \
   psql -X -w -A -t -q -F ' ' -U "${POSTGRES_USER:-postgres}" -d postgres "$@" 2>/dev/null; }
 num() { local hi=${1%/*} lo=${1#*/}; echo $(( (16#$hi << 32) | 16#$lo )); }  # a WAL position as a number
+control=""  # pg_controldata's report, when read
+field() { printf '%s\n' "$control" | sed -n "s/^$1: *//p"; }
 data=no standby=no running=no recovery="" streaming=no sysid="" timeline="" lsn=""
 [ -s "$PGDATA/PG_VERSION" ] && data=yes
 [ -f "$PGDATA/standby.signal" ] && standby=yes
@@ -35,7 +37,6 @@ if row=$(sql -c "select (select system_identifier from pg_control_system()), pg_
   streaming=$([ "$stream" = t ] && echo yes || echo no)
 elif [ "$data" = yes ]; then
   control=$(LC_ALL=C pg_controldata -D "$PGDATA" 2>/dev/null || true)
-  field() { printf '%s\n' "$control" | sed -n "s/^$1: *//p"; }
   sysid=$(field 'Database system identifier')
   timeline=$(field "Latest checkpoint's TimeLineID")
   checkpoint=$(field 'Latest checkpoint location')
@@ -46,18 +47,37 @@ elif [ "$data" = yes ]; then
     (( $(num "$recovered") > $(num "$checkpoint") )) && lsn=$recovered
   fi
 fi
-# The end of the last valid record in pg_wal, as "<timeline> <lsn>" (nothing when none is found): the newest segment
-# that holds a valid record, read to its end and on. (Segments named past the end are recycled ones: no valid record.)
+# How far the WAL in a standby's pg_wal goes, as "<timeline> <lsn>" (nothing when it cannot be read): from its last
+# restartpoint (pg_control) on that timeline to the end of the last valid record, then on any newer timeline its
+# history files say forked from there at or before that end. Only pg_waldump's own numbers are read, never a record's
+# description (a client can write any text into WAL).
 wal_end() {
-  local seg last end
-  for seg in $(ls -r "$PGDATA/pg_wal" 2>/dev/null | grep -E '^[0-9A-F]{24}$' | head -n 32); do
-    last=$(pg_waldump -p "$PGDATA/pg_wal" "$seg" 2>/dev/null | tail -n 1)
-    [[ "$last" =~ len\ \(rec/tot\):\ *[0-9]+/\ *([0-9]+),.*\ lsn:\ ([0-9A-F]+)/([0-9A-F]+), ]] || continue
+  local tli start at tot end fork history next line parent switch found=""
+  tli=$(field "Latest checkpoint's TimeLineID") start=$(field "Latest checkpoint's REDO location")
+  [[ "$tli" =~ ^[0-9]+$ && "$start" =~ ^[0-9A-F]+/[0-9A-F]+$ ]] || return 0
+  while :; do
+    # (it reads on until the first record that is not valid, and names the last one that was)
+    at=$(pg_waldump -q -p "$PGDATA/pg_wal" -t "$tli" -s "$start" 2>&1 |
+      sed -n 's|^pg_waldump: error: error in WAL record at \([0-9A-F]*/[0-9A-F]*\): .*|\1|p' | head -n 1)
+    [ -n "$at" ] || break
+    line=$(pg_waldump -p "$PGDATA/pg_wal" -t "$tli" -s "$at" -n 1 2>/dev/null | head -n 1)
+    [[ "$line" =~ ^rmgr:\ [^\ ]+\ +len\ \(rec/tot\):\ +[0-9]+/\ *([0-9]+),\ tx:\ +[0-9]+,\ lsn:\ ([0-9A-F]+/[0-9A-F]+),\ prev\  ]] &&
+      (( $(num "${BASH_REMATCH[2]}") == $(num "$at") )) || break  # (one prints it zero-padded, the other not)
+    tot=${BASH_REMATCH[1]}
     # (the next record begins at the end of this one, aligned to 8 bytes: where a streaming standby's position is)
-    end=$(( ((16#${BASH_REMATCH[2]} << 32 | 16#${BASH_REMATCH[3]}) + BASH_REMATCH[1] + 7) & ~7 ))
-    printf '%d %X/%X\n' "$((16#${seg:0:8}))" $((end >> 32)) $((end & 0xFFFFFFFF))
-    return 0
+    end=$(( ($(num "$at") + tot + 7) & ~7 ))
+    printf -v end '%X/%X' $((end >> 32)) $((end & 0xFFFFFFFF))
+    found="$tli $end"
+    # a newer timeline whose history says it forked from this one at or before that end
+    next=$((tli + 1)) history=$PGDATA/pg_wal/$(printf '%08X' "$next").history fork=""
+    [ -r "$history" ] || break
+    while read -r parent switch _; do
+      [ "$parent" = "$tli" ] && [[ "$switch" =~ ^[0-9A-F]+/[0-9A-F]+$ ]] && fork=$switch
+    done <"$history"
+    [ -n "$fork" ] && (( $(num "$fork") <= $(num "$end") )) || break
+    tli=$next start=$fork
   done
+  [ -z "$found" ] || printf '%s\n' "$found"
 }
 later() {  # later TIMELINE LSN: whether that is further than what is known (the timeline first, then the position)
   local num_new num_old
@@ -66,7 +86,9 @@ later() {  # later TIMELINE LSN: whether that is further than what is known (the
   num_new=$(num "$2") num_old=$(num "$lsn")
   (( ${1:-0} > ${timeline:-0} || (${1:-0} == ${timeline:-0} && num_new > num_old) ))
 }
-if [ "$data" = yes ] && { [ "$running" = no ] || { [ "$recovery" = yes ] && [ "$streaming" = no ]; }; }; then
+# (a standby's only: a former primary's WAL past its rewind, or a rewind cut short, must not count)
+if [ "$standby" = yes ] && { [ "$running" = no ] || { [ "$recovery" = yes ] && [ "$streaming" = no ]; }; }; then
+  control=${control:-$(LC_ALL=C pg_controldata -D "$PGDATA" 2>/dev/null || true)}
   read -r disk_timeline disk_lsn < <(wal_end) || true
   if later "${disk_timeline:-}" "${disk_lsn:-}"; then timeline=$disk_timeline lsn=$disk_lsn; fi
 fi
