@@ -975,12 +975,19 @@ def test_a_replica_not_running_counts_the_wal_it_received_on_the_new_primarys_ti
         replica.wait_ready()
     wait_for("b and c to stream", lambda: a.sql("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")
              == "2", timeout=30)
-    demoted(a)
+    # a's last record crosses pages (a 20 kB message): the fork is at its end, past the page headers inside it; a dies
+    a.sql("SELECT pg_logical_emit_message(false, 'big', repeat('x', 20000))")
+    moved = a.sql("SELECT pg_current_wal_lsn()")
+    wait_for("b and c to have it", lambda: all(r.sql(f"SELECT pg_last_wal_receive_lsn() >= '{moved}'") == "t"
+                                                for r in (b, c)), timeout=30)
+    # (c stopped first: it never holds WAL of a that b lacks. Started again once b is the primary: this harness gives
+    # a container the primary's port when it starts, where a pod has the primary's Service)
+    c.stop()
+    os.kill(server_pid(a), signal.SIGKILL)
+    wait_for("a's container to end", a.exited, timeout=30)
+    a.label("replica")
     b.label("primary")
     wait_for("b to be promoted", lambda: b.sql("SELECT pg_is_in_recovery()") == "f", timeout=30)
-    # (restarted here: this harness gives a container the primary's port when it starts, where a pod has the
-    # primary's Service)
-    c.stop()
     c.start()
     c.wait_ready()
     b.sql("INSERT INTO t SELECT generate_series(1, 5000)")
@@ -993,6 +1000,24 @@ def test_a_replica_not_running_counts_the_wal_it_received_on_the_new_primarys_ti
     assert stopped["running"] == "no" and stopped["timeline"] == "2", stopped
     assert _lsn(stopped["lsn"]) >= _lsn(received), (received, stopped)
     assert _lsn(stopped["lsn"]) <= _lsn(b.sql("SELECT pg_current_wal_lsn()")), stopped
+
+
+def test_a_replica_not_running_whose_wal_ends_with_a_segment_says_so(node) -> None:
+    """The primary switched segments (archive_timeout does so each minute) and wrote nothing since: a replica killed
+    then holds WAL up to the next segment and no file of it; state.sh says it goes on from there."""
+    db = node(PG15).database("seg", replicas=2, replication={"mode": "async"})
+    a, b = started_streaming(db, "CREATE TABLE t (x int)")
+    a.sql("INSERT INTO t SELECT generate_series(1, 2000)")
+    switched = a.sql("SELECT pg_switch_wal()")
+    wait_for("b to have received the switch", lambda: b.sql(f"SELECT pg_last_wal_receive_lsn() >= '{switched}'")
+             == "t", timeout=30)
+    os.kill(server_pid(b), signal.SIGKILL)
+    wait_for("b's container to end", b.exited, timeout=30)
+    a.sql("INSERT INTO t SELECT generate_series(1, 2000)")
+    later = a.sql("SELECT pg_current_wal_lsn()")
+    stopped = _state(b)
+    segment = 16 * 1024 * 1024
+    assert _lsn(stopped["lsn"]) == (_lsn(switched) // segment + 1) * segment < _lsn(later), (switched, stopped, later)
 
 
 def test_a_primary_runs_only_while_its_lease_agent_reads_the_lease_naming_it(node) -> None:

@@ -48,33 +48,69 @@ elif [ "$data" = yes ]; then
   fi
 fi
 # How far the WAL in a standby's pg_wal goes, as "<timeline> <lsn>" (nothing when it cannot be read): from its last
-# restartpoint (pg_control) on that timeline to the end of the last valid record, then on any newer timeline its
+# restartpoint (pg_control) on that timeline to the end of the last valid record, then on the newer timeline its
 # history files say forked from there at or before that end. Only pg_waldump's own numbers are read, never a record's
-# description (a client can write any text into WAL).
+# description (a client can write any text into WAL), and a position is taken only once pg_waldump reads a record
+# there. Each scan is bounded: a standby's answer must not hold the operator's choice.
+waldump() { LC_ALL=C timeout -k 2 "${WALDUMP_SECONDS:-15}" pg_waldump -p "$PGDATA/pg_wal" "$@"; }
+record_end() {  # record_end LSN TOTAL: where the next record begins (past the page headers a long record spans)
+  local pos left=$2 block seg room header
+  pos=$(num "$1") block=$(field 'WAL block size') seg=$(field 'Bytes per WAL segment')
+  [[ "$block" =~ ^[0-9]+$ && "$seg" =~ ^[0-9]+$ ]] && ((block > 0 && seg > 0)) || return 1
+  room=$((block - pos % block))
+  while ((left > room)); do
+    left=$((left - room)) pos=$((pos + room))
+    header=$((pos % seg == 0 ? 40 : 24))  # (a segment's first page has the long header)
+    pos=$((pos + header)) room=$((block - header))
+  done
+  pos=$(((pos + left + 7) & ~7))  # (records begin 8-byte aligned)
+  printf '%X/%X\n' $((pos >> 32)) $((pos & 0xFFFFFFFF))
+}
 wal_end() {
-  local tli start at tot end fork history next line parent switch found=""
+  local tli start out at missing seg line tot end fork history next n parent switch last_parent last_switch found=""
   tli=$(field "Latest checkpoint's TimeLineID") start=$(field "Latest checkpoint's REDO location")
   [[ "$tli" =~ ^[0-9]+$ && "$start" =~ ^[0-9A-F]+/[0-9A-F]+$ ]] || return 0
   while :; do
-    # (it reads on until the first record that is not valid, and names the last one that was)
-    at=$(pg_waldump -q -p "$PGDATA/pg_wal" -t "$tli" -s "$start" 2>&1 |
-      sed -n 's|^pg_waldump: error: error in WAL record at \([0-9A-F]*/[0-9A-F]*\): .*|\1|p' | head -n 1)
+    # It reads on until the first record that is not valid, and names the last one that was; or, when the WAL ends
+    # with a segment's end, until it misses the next segment: then the last record it read before that one's start.
+    out=$(waldump -q -t "$tli" -s "$start" 2>&1)
+    at=$(sed -n 's|^pg_waldump: error: error in WAL record at \([0-9A-F]*/[0-9A-F]*\): .*|\1|p' <<<"$out" | head -n 1)
+    missing=$(sed -n 's|^pg_waldump: error: could not find file "\([0-9A-F]\{24\}\)".*|\1|p' <<<"$out" | head -n 1)
+    if [ -z "$at" ] && [ -n "$missing" ]; then
+      seg=$(field 'Bytes per WAL segment')
+      [[ "$seg" =~ ^[0-9]+$ ]] && ((seg > 0)) || break
+      n=$(( (16#${missing:8:8} << 32) + 16#${missing:16:8} * seg ))  # (the missing segment's first byte)
+      at=$(waldump -t "$tli" -s "$start" -e "$(printf '%X/%X' $((n >> 32)) $((n & 0xFFFFFFFF)))" 2>/dev/null |
+        sed -n 's|^rmgr: [A-Za-z0-9_]* *len (rec/tot): *[0-9]*/ *[0-9]*, tx: *[0-9]*, lsn: \([0-9A-F]*/[0-9A-F]*\), prev .*|\1|p' |
+        tail -n 1)
+    fi
     [ -n "$at" ] || break
-    line=$(pg_waldump -p "$PGDATA/pg_wal" -t "$tli" -s "$at" -n 1 2>/dev/null | head -n 1)
+    # (checked: pg_waldump reads a record that begins there, whatever a description printed above said)
+    line=$(waldump -t "$tli" -s "$at" -n 1 2>/dev/null | head -n 1)
     [[ "$line" =~ ^rmgr:\ [^\ ]+\ +len\ \(rec/tot\):\ +[0-9]+/\ *([0-9]+),\ tx:\ +[0-9]+,\ lsn:\ ([0-9A-F]+/[0-9A-F]+),\ prev\  ]] &&
       (( $(num "${BASH_REMATCH[2]}") == $(num "$at") )) || break  # (one prints it zero-padded, the other not)
     tot=${BASH_REMATCH[1]}
-    # (the next record begins at the end of this one, aligned to 8 bytes: where a streaming standby's position is)
-    end=$(( ($(num "$at") + tot + 7) & ~7 ))
-    printf -v end '%X/%X' $((end >> 32)) $((end & 0xFFFFFFFF))
+    end=$(record_end "$at" "$tot") || break
+    # (a segment switch's record fills its segment: the WAL goes on at the next one, as a standby's position does)
+    if [[ "$line" =~ ^rmgr:\ XLOG\ .*,\ desc:\ SWITCH\ *$ ]]; then
+      seg=$(field 'Bytes per WAL segment')
+      n=$(( ($(num "$at") / seg + 1) * seg ))
+      printf -v end '%X/%X' $((n >> 32)) $((n & 0xFFFFFFFF))
+    fi
     found="$tli $end"
-    # a newer timeline whose history says it forked from this one at or before that end
-    next=$((tli + 1)) history=$PGDATA/pg_wal/$(printf '%08X' "$next").history fork=""
-    [ -r "$history" ] || break
-    while read -r parent switch _; do
-      [ "$parent" = "$tli" ] && [[ "$switch" =~ ^[0-9A-F]+/[0-9A-F]+$ ]] && fork=$switch
-    done <"$history"
-    [ -n "$fork" ] && (( $(num "$fork") <= $(num "$end") )) || break
+    # the newer timeline that forked from this one (its history's last line names this one) and whose WAL is here
+    next="" fork=""
+    for history in "$PGDATA"/pg_wal/*.history; do
+      n=${history##*/}; n=${n%.history}
+      [[ "$n" =~ ^[0-9A-F]{8}$ ]] && (( 16#$n > tli )) || continue
+      last_parent="" last_switch=""
+      while read -r parent switch _; do
+        [[ "$parent" =~ ^[0-9]+$ && "$switch" =~ ^[0-9A-F]+/[0-9A-F]+$ ]] && last_parent=$parent last_switch=$switch
+      done <"$history"
+      [ "$last_parent" = "$tli" ] && compgen -G "$PGDATA/pg_wal/$n[0-9A-F]*" >/dev/null || continue
+      if [ -z "$next" ] || (( 16#$n > next )); then next=$((16#$n)) fork=$last_switch; fi
+    done
+    [ -n "$next" ] && (( $(num "$fork") <= $(num "$end") )) || break
     tli=$next start=$fork
   done
   [ -z "$found" ] || printf '%s\n' "$found"
