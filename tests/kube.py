@@ -66,6 +66,15 @@ class Kube:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
         return proc
 
+    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+        """Until each CustomResourceDefinition (by name) is Established. (kubectl wait fails at once on a CRD whose
+        status the API server has not written yet, instead of waiting for it.)"""
+        def established(name: str) -> bool:
+            conditions = (self.ext.read_custom_resource_definition(name).status.conditions or [])
+            return any(c.type == "Established" and c.status == "True" for c in conditions)
+        for name in crds:
+            wait_for(f"CRD {name} Established", lambda n=name: established(n), timeout=timeout, interval=0.5)
+
     def env(self) -> dict[str, str]:
         """Environment for child processes (the operator, ansible) that should use this cluster."""
         env = dict(os.environ)

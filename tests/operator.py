@@ -47,8 +47,7 @@ def sampledb_watches(*, nodes: bool = False, **extra_vars: Any) -> list[dict[str
 
 def install_sampledb_crds(kube: Kube) -> None:
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "crd"))
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/sampledbs.sampledb.example.com",
-                 "crd/sampledbbackups.sampledb.example.com")
+    kube.wait_established("sampledbs.sampledb.example.com", "sampledbbackups.sampledb.example.com")
 
 
 @dataclass
@@ -252,7 +251,7 @@ class FreshKind:
     def install(self, kube: Kube, wait: bool = True) -> None:
         kube.ext.create_custom_resource_definition(self.crd())
         if wait:  # as `make install` waits for it
-            kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{self.crd_name}")
+            kube.wait_established(self.crd_name)
 
     def uninstall(self, kube: Kube) -> None:
         kube.kubectl("delete", "--ignore-not-found", "--wait=false", f"crd/{self.crd_name}")

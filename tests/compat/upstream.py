@@ -183,8 +183,7 @@ class UpstreamOperator:
         rest = [d for d in docs if d["kind"] != "Deployment"]
         self.kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                           input=yaml.safe_dump_all(rest))
-        crds = [f"crd/{d['metadata']['name']}" for d in rest if d["kind"] == "CustomResourceDefinition"]
-        self.kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
+        self.kube.wait_established(*(d["metadata"]["name"] for d in rest if d["kind"] == "CustomResourceDefinition"))
         wait_for(f"the ServiceAccount {SERVICE_ACCOUNT}",
                  lambda: self.kube.core.read_namespaced_service_account(SERVICE_ACCOUNT, NAMESPACE), timeout=60)
         return manager_container(docs)

@@ -39,7 +39,7 @@ def snapshot_cluster() -> Iterator[Kube]:
         kube = Kube(cluster.paths.kubeconfig, str(binary("kubectl")))
         kube.kubectl("apply", "-f", "-", input=json.dumps(SNAPSHOT_CRD))
         install_sampledb_crds(kube)
-        kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/volumesnapshots.snapshot.storage.k8s.io")
+        kube.wait_established("volumesnapshots.snapshot.storage.k8s.io")
         yield kube
     finally:
         cluster.down(purge=True)
