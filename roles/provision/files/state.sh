@@ -92,13 +92,15 @@ wal_end() {
     tot=${BASH_REMATCH[1]}
     end=$(record_end "$at" "$tot") || break
     # (a segment switch's record fills its segment: the WAL goes on at the next one, as a standby's position does)
-    if [[ "$line" =~ ^rmgr:\ XLOG\ .*,\ desc:\ SWITCH\ *$ ]]; then
+    # (the whole line: a switch record is 24 bytes and says nothing more; a restore point's name could say SWITCH)
+    if [[ "$line" =~ ^rmgr:\ XLOG\ +len\ \(rec/tot\):\ +24/\ +24,\ tx:\ +0,\ lsn:\ [0-9A-F]+/[0-9A-F]+,\ prev\ [0-9A-F]+/[0-9A-F]+,\ desc:\ SWITCH\ *$ ]]; then
       seg=$(field 'Bytes per WAL segment')
       n=$(( ($(num "$at") / seg + 1) * seg ))
       printf -v end '%X/%X' $((n >> 32)) $((n & 0xFFFFFFFF))
     fi
     found="$tli $end"
-    # the newer timeline that forked from this one (its history's last line names this one) and whose WAL is here
+    # the newer timeline that forked from this one (its history's last line names this one) at or before that end,
+    # and whose WAL is here
     next="" fork=""
     for history in "$PGDATA"/pg_wal/*.history; do
       n=${history##*/}; n=${n%.history}
@@ -107,10 +109,11 @@ wal_end() {
       while read -r parent switch _; do
         [[ "$parent" =~ ^[0-9]+$ && "$switch" =~ ^[0-9A-F]+/[0-9A-F]+$ ]] && last_parent=$parent last_switch=$switch
       done <"$history"
-      [ "$last_parent" = "$tli" ] && compgen -G "$PGDATA/pg_wal/$n[0-9A-F]*" >/dev/null || continue
+      [ "$last_parent" = "$tli" ] && (( $(num "$last_switch") <= $(num "$end") )) &&
+        compgen -G "$PGDATA/pg_wal/$n[0-9A-F]*" >/dev/null || continue
       if [ -z "$next" ] || (( 16#$n > next )); then next=$((16#$n)) fork=$last_switch; fi
     done
-    [ -n "$next" ] && (( $(num "$fork") <= $(num "$end") )) || break
+    [ -n "$next" ] || break
     tli=$next start=$fork
   done
   [ -z "$found" ] || printf '%s\n' "$found"
