@@ -283,17 +283,15 @@ def lost_rows_context(kube: Kube, namespace: str, name: str, writes: Writes, mis
                       servers: list[str]) -> str:
     """What a user would look at when acknowledged rows are missing: when they were acknowledged, which servers the
     checker saw taking writes around then, each server's own record, and the database's Events."""
+    def clock(epoch: float) -> str:
+        return time.strftime("%H:%M:%S", time.gmtime(epoch))
     acked = sorted(writes.acked[n] for n in missing)
-    first, last = acked[0], acked[-1]
-    lines = [f"lost rows acknowledged from {time.strftime('%H:%M:%S', time.gmtime(first))} to "
-             f"{time.strftime('%H:%M:%S', time.gmtime(last))} UTC",
-             "primary spells polled: " + ", ".join(f"{pod} {time.strftime('%H:%M:%S', time.gmtime(a))}-"
-                                                     f"{time.strftime('%H:%M:%S', time.gmtime(b))}"
+    lines = [f"lost rows acknowledged from {clock(acked[0])} to {clock(acked[-1])} UTC",
+             "primary spells polled: " + ", ".join(f"{pod} {clock(a)}-{clock(b)}"
                                                      for pod, a, b in primary_spells(observations))]
     try:
         for pod, records in server_history(kube, namespace, servers).items():
-            lines += [f"{pod}: " + "; ".join(f"{time.strftime('%H:%M:%S', time.gmtime(at))} {what}"
-                                             for at, what in records[-12:])]
+            lines.append(f"{pod}: " + "; ".join(f"{clock(at)} {what}" for at, what in records[-12:]))
     except Exception as error:  # (context for a failure already found: never a failure of its own)
         lines.append(f"server records unreadable: {error}")
     for pod in servers:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.plugins import plugin
 from tests.realnode import process_alive
 from tests.scripts.loopback import Loopback, Pod, sync_names, wait_for
 from tests.writes import history_overlaps
@@ -928,9 +929,7 @@ def test_state_and_history_say_what_each_server_holds_and_when_it_could_take_wri
     assert events == [["st-0", "writable"], ["st-0", "stopped"]], events
 
 
-def _lsn(text: str) -> int:
-    high, low = text.split("/")
-    return int(high, 16) << 32 | int(low, 16)
+_lsn = plugin("roles/leader/filter_plugins/sampledb_leader.py").sampledb_lsn  # (how the operator compares them)
 
 
 @pytest.mark.parametrize("major", ["15", "18"])

@@ -19,6 +19,7 @@ set -uo pipefail
 sql() { PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=3 PGOPTIONS="-c statement_timeout=3000" \
   psql -X -w -A -t -q -F ' ' -U "${POSTGRES_USER:-postgres}" -d postgres "$@" 2>/dev/null; }
 num() { local hi=${1%/*} lo=${1#*/}; echo $(( (16#$hi << 32) | 16#$lo )); }  # a WAL position as a number
+lsn_of() { printf '%X/%X\n' $(($1 >> 32)) $(($1 & 0xFFFFFFFF)); }  # and back
 control=""  # pg_controldata's report, when read
 field() { printf '%s\n' "$control" | sed -n "s/^$1: *//p"; }
 data=no standby=no running=no recovery="" streaming=no sysid="" timeline="" lsn=""
@@ -54,22 +55,23 @@ fi
 # there. Each scan is bounded: a standby's answer must not hold the operator's choice.
 waldump() { LC_ALL=C timeout -k 2 "${WALDUMP_SECONDS:-15}" pg_waldump -p "$PGDATA/pg_wal" "$@"; }
 record_end() {  # record_end LSN TOTAL: where the next record begins (past the page headers a long record spans)
-  local pos left=$2 block seg room header
-  pos=$(num "$1") block=$(field 'WAL block size') seg=$(field 'Bytes per WAL segment')
-  [[ "$block" =~ ^[0-9]+$ && "$seg" =~ ^[0-9]+$ ]] && ((block > 0 && seg > 0)) || return 1
+  local pos left=$2 room header
+  pos=$(num "$1")
   room=$((block - pos % block))
   while ((left > room)); do
     left=$((left - room)) pos=$((pos + room))
     header=$((pos % seg == 0 ? 40 : 24))  # (a segment's first page has the long header)
     pos=$((pos + header)) room=$((block - header))
   done
-  pos=$(((pos + left + 7) & ~7))  # (records begin 8-byte aligned)
-  printf '%X/%X\n' $((pos >> 32)) $((pos & 0xFFFFFFFF))
+  lsn_of $(((pos + left + 7) & ~7))  # (records begin 8-byte aligned)
 }
 wal_end() {
-  local tli start out at missing seg line tot end fork history next n parent switch last_parent last_switch found=""
+  local tli start block seg out at missing line tot end fork history next n parent switch last_parent last_switch
+  local found=""
   tli=$(field "Latest checkpoint's TimeLineID") start=$(field "Latest checkpoint's REDO location")
-  [[ "$tli" =~ ^[0-9]+$ && "$start" =~ ^[0-9A-F]+/[0-9A-F]+$ ]] || return 0
+  block=$(field 'WAL block size') seg=$(field 'Bytes per WAL segment')  # (record_end reads them too)
+  [[ "$tli" =~ ^[0-9]+$ && "$start" =~ ^[0-9A-F]+/[0-9A-F]+$ && "$block" =~ ^[1-9][0-9]*$ && "$seg" =~ ^[1-9][0-9]*$ ]] ||
+    return 0
   while :; do
     # It reads on until the first record that is not valid, and names the last one that was; or, when the WAL ends
     # with a segment's end, until it misses the next segment: then the last record it read before that one's start.
@@ -77,10 +79,8 @@ wal_end() {
     at=$(sed -n 's|^pg_waldump: error: error in WAL record at \([0-9A-F]*/[0-9A-F]*\): .*|\1|p' <<<"$out" | head -n 1)
     missing=$(sed -n 's|^pg_waldump: error: could not find file "\([0-9A-F]\{24\}\)".*|\1|p' <<<"$out" | head -n 1)
     if [ -z "$at" ] && [ -n "$missing" ]; then
-      seg=$(field 'Bytes per WAL segment')
-      [[ "$seg" =~ ^[0-9]+$ ]] && ((seg > 0)) || break
       n=$(( (16#${missing:8:8} << 32) + 16#${missing:16:8} * seg ))  # (the missing segment's first byte)
-      at=$(waldump -t "$tli" -s "$start" -e "$(printf '%X/%X' $((n >> 32)) $((n & 0xFFFFFFFF)))" 2>/dev/null |
+      at=$(waldump -t "$tli" -s "$start" -e "$(lsn_of "$n")" 2>/dev/null |
         sed -n 's|^rmgr: [A-Za-z0-9_]* *len (rec/tot): *[0-9]*/ *[0-9]*, tx: *[0-9]*, lsn: \([0-9A-F]*/[0-9A-F]*\), prev .*|\1|p' |
         tail -n 1)
     fi
@@ -94,9 +94,7 @@ wal_end() {
     # (a segment switch's record fills its segment: the WAL goes on at the next one, as a standby's position does)
     # (the whole line: a switch record is 24 bytes and says nothing more; a restore point's name could say SWITCH)
     if [[ "$line" =~ ^rmgr:\ XLOG\ +len\ \(rec/tot\):\ +24/\ +24,\ tx:\ +0,\ lsn:\ [0-9A-F]+/[0-9A-F]+,\ prev\ [0-9A-F]+/[0-9A-F]+,\ desc:\ SWITCH\ *$ ]]; then
-      seg=$(field 'Bytes per WAL segment')
-      n=$(( ($(num "$at") / seg + 1) * seg ))
-      printf -v end '%X/%X' $((n >> 32)) $((n & 0xFFFFFFFF))
+      end=$(lsn_of $(( ($(num "$at") / seg + 1) * seg )))
     fi
     found="$tli $end"
     # the newer timeline that forked from this one (its history's last line names this one) at or before that end,
