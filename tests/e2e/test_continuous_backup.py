@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 
 import yaml
@@ -18,7 +19,7 @@ from localcluster.node import OBJECTSTORE_SECRET_KEY
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT
 from tests.realnode import NODES_LANE, POSTGRES_IMAGE, freeze_postmaster, psql_in_server, simple_pod
-from tests.sampledb import GROUP, PLURAL, VERSION, get, wait_phase
+from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, get, wait_phase
 
 pytestmark = NODES_LANE
 
@@ -270,3 +271,49 @@ def test_a_failover_during_an_outage_leaves_no_hole_and_a_switchover_archives_it
     for older, newer in itertools.pairwise(sorted(tlis)):
         assert tlis[newer][0] <= tlis[older][-1] + 1, (older, tlis[older][-1], newer, tlis[newer][0])
     print(f"archived: {', '.join(f'timeline {t}: {len(n)} segments' for t, n in sorted(tlis.items()))}")
+
+
+def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
+        nodes: Kube, nodes_namespace: str, nodes_cluster: LocalCluster, nodes_sampledb_operator) -> None:
+    """A SampleDBBackup of the sample (it has an object store) is physical by default: barman-cloud copies a Ready
+    replica's data directory (the primary is spared the reads) while the database takes writes; the backup completes
+    with barman's id, where it begins and ends in the WAL, its size and the server copied, in status; its files are
+    in the store beside the archive, and barman-cloud lists it there. Named "first" (a word barman reserves), then
+    deleted and made again under that name, both complete and both stay in the store."""
+    nodes_sampledb_operator()
+    ns = nodes_namespace
+    nodes.kubectl("-n", ns, "apply", "-f", str(SAMPLE))
+    db = wait_phase(nodes, ns, "ledger", timeout=420)
+    primary = db["status"]["currentPrimary"]
+    switch_and_archive(nodes, ns, primary)
+    wait_condition(nodes, ns, "ledger", "ContinuousArchiving", "True")
+
+    def take() -> dict:
+        backup(nodes, ns, "first", database="ledger")
+        done = wait_for("the backup to finish", lambda: (
+            st := backup_status(nodes, ns, "first")).get("phase") in ("Completed", "Failed") and st,
+                        timeout=420, interval=3)
+        assert done["phase"] == "Completed", done
+        return done
+
+    done = take()
+    assert done["method"] == "physical"
+    assert done["server"] in {"ledger-0", "ledger-1", "ledger-2"} - {primary}, done
+    assert re.fullmatch(r"[0-9]{8}T[0-9]{6}", done["backupId"]), done
+    assert done["backupName"].startswith("first."), done
+    assert re.fullmatch(r"[0-9A-F]+/[0-9A-F]+", done["beginLSN"]) and re.fullmatch(r"[0-9A-F]+/[0-9A-F]+", done["endLSN"])
+    assert done["location"] == f"s3://sampledb/{ns}/ledger/pg15/base/{done['backupId']}"
+    assert done["size"] != "unknown"
+    stored = nodes_cluster.node.layout.objectstore / "sampledb" / ns / "ledger" / "pg15" / "base" / done["backupId"]
+    assert (stored / "backup.info").is_file() and any(stored.glob("data.tar*")), sorted(stored.iterdir())
+
+    nodes.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "sampledbbackups", "first")
+    wait_for("the first record to go", lambda: not any(
+        b["metadata"]["name"] == "first" for b in nodes.custom.list_namespaced_custom_object(
+            GROUP, VERSION, ns, "sampledbbackups")["items"]), timeout=60)
+    again = take()
+    assert again["backupId"] != done["backupId"] and again["backupName"] != done["backupName"], (done, again)
+    listed = run_pod(nodes, ns, "list-backups", (
+        f"barman-cloud-backup-list --endpoint-url {ENDPOINT} --addressing-style path --format json "
+        f"s3://sampledb/{ns}/ledger pg15"), "objectstore-keys")
+    assert done["backupId"] in listed and again["backupId"] in listed, listed

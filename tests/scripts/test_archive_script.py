@@ -53,6 +53,7 @@ def box(tmp_path: Path) -> Box:
         (root / d).mkdir(parents=True)
     (root / "data" / "PG_VERSION").write_text("15\n")  # (the data's major names the archive: pg15)
     shutil.copy(SCRIPT, root / "etc" / "archive.sh")
+    shutil.copy(SCRIPT.with_name("objectstore.sh"), root / "etc" / "objectstore.sh")
     (root / "etc" / "objectstore.env").write_text(
         "SAMPLEDB_S3_ENDPOINT=http://store:7070\nSAMPLEDB_S3_URL=s3://b/ns/db\nSAMPLEDB_S3_REGION=us-east-1\n"
         f"SAMPLEDB_S3_COMPRESSION=gzip\nSAMPLEDB_S3_KEYS={root / 'keys'}\nSAMPLEDB_S3_CALL_SECONDS=10\n"

@@ -179,3 +179,37 @@ def test_an_object_store_adds_archiving_and_its_keys_to_the_server_alone(rendere
     mounted = {c["name"]: [m["name"] for m in c.get("volumeMounts", [])]
                for c in spec["containers"] + spec.get("initContainers", [])}
     assert [c for c, mounts in mounted.items() if "objectstore-keys" in mounts] == ["postgres"]
+
+
+def test_a_physical_backup_copies_its_servers_volume_read_only_with_the_keys_and_nothing_else() -> None:
+    """spec.method physical: the Job (on demand, and the CronJob's with an object store) runs base-backup.sh beside
+    the server it copies, its data volume mounted read-only where that server has it, the keys as files, the
+    superuser's password from the credentials Secret; it touches no backups volume."""
+    store = {"endpointURL": "http://versitygw.objectstore.svc:7070", "bucket": "sampledb",
+             "credentials": {"secretName": "keys"}}
+    variables = {**sampledb_vars("db", replicas=3, backup={"schedule": "30 0 * * *", "retention": 7, "suspend": False,
+                                                          "storageSize": "2Gi", "objectStore": store}),
+                 **JOB_FACTS, "backup_method": "physical", "backup_source": "db-2",
+                 "backup_objectstore": "{{ sdb_objectstore }}"}
+    [out] = render((["configmap.yaml.j2", "job.yaml.j2", "cronjob.yaml.j2"], variables))
+    assert {"base-backup.sh", "objectstore.sh", "archive.sh"} <= set(out["configmap.yaml.j2"][0]["data"])
+    for template in ("job.yaml.j2", "cronjob.yaml.j2"):
+        job = out[template][0]
+        labels = (job["spec"]["jobTemplate"]["metadata"] if template == "cronjob.yaml.j2" else job["metadata"])["labels"]
+        assert labels["sampledb.example.com/backup-method"] == "physical"
+        spec = pod_spec(job)
+        [container] = spec["containers"]
+        assert container["command"] == ["/bin/bash", "/etc/sampledb/base-backup.sh"]
+        env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+        assert env["PGHOST"] == "db-2.db-headless" and env["SOURCE_SERVER"] == "db-2"
+        assert env["PGDATA"] == "/var/lib/postgresql/data/pgdata"
+        assert env["PGPASSWORD"] == {"secretKeyRef": {"name": "db-credentials", "key": "superuser-password"}}
+        assert env["BACKUP_NAME"] == "db-nightly"  # (JOB_FACTS names it; a scheduled one takes its Job's name)
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "data-db-2", "readOnly": True}
+        assert volumes["objectstore-keys"]["secret"]["secretName"] == "keys"
+        assert "backups" not in volumes
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        assert mounts["data"] == {"name": "data", "mountPath": "/var/lib/postgresql/data", "readOnly": True}
+        assert mounts["objectstore-keys"]["readOnly"] is True
+        assert spec["securityContext"]["runAsUser"] == 999

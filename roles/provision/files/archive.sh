@@ -36,13 +36,10 @@ record() {
   printf '%s\n' "$*" >"$file.tmp" && mv -f "$file.tmp" "$file"
 }
 b64() { printf '%s' "$1" | base64 -w0; }
+. "$(dirname "${BASH_SOURCE[0]}")/objectstore.sh"
 failed() {
-  local code=$1 message=$2
-  [ -n "${AWS_SECRET_ACCESS_KEY:-}" ] && message=${message//"$AWS_SECRET_ACCESS_KEY"/<secret access key>}
-  [ -n "${AWS_ACCESS_KEY_ID:-}" ] && message=${message//"$AWS_ACCESS_KEY_ID"/<access key id>}
-  # (barman's last line, without its timestamp and pid)
-  message=$(printf '%s' "$message" | grep -v '^\s*$' | tail -n 1 |
-    sed -E 's/^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:,]+ \[[0-9]+\] [A-Z]+: //' | cut -c1-300)
+  local code=$1 message
+  message=$(redacted "$2")
   case $code in
     124|137) message="no answer from the object store within ${limit:-?}s (or killed)${message:+: $message}" ;;
     *) message=${message:-"exit status $code, no message"} ;;
@@ -53,9 +50,7 @@ failed() {
   exit 1
 }
 
-settings=$(dirname "${BASH_SOURCE[0]}")/objectstore.env  # (beside this script, in /etc/sampledb)
-[ -r "$settings" ] || failed 1 "no $settings: spec.backup.objectStore is not rolled out to this server yet"
-. "$settings"
+objectstore_settings || failed 1 "no $objectstore_env: spec.backup.objectStore is not rolled out to this server yet"
 major=$(cat "$PGDATA/PG_VERSION" 2>/dev/null) || failed 1 "no $PGDATA/PG_VERSION: this server holds no database"
 major=${major%%.*}
 destination="$SAMPLEDB_S3_URL/pg$major"
@@ -117,23 +112,15 @@ if [ -e "$stopping_file" ]; then
   echo "archive.sh: $wal: the server is stopping; it is archived after the restart, or by the standby promoted" >&2
   exit 1
 fi
-AWS_ACCESS_KEY_ID=$(<"$SAMPLEDB_S3_KEYS/ACCESS_KEY_ID") && AWS_SECRET_ACCESS_KEY=$(<"$SAMPLEDB_S3_KEYS/ACCESS_SECRET_KEY") ||
+objectstore_keys ||
   failed 1 "the object store's keys are not readable in $SAMPLEDB_S3_KEYS: see spec.backup.objectStore.credentials"
-export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_DEFAULT_REGION=$SAMPLEDB_S3_REGION
-export AWS_MAX_ATTEMPTS=2 AWS_RETRY_MODE=standard
-s3_args=()
-[ -n "$SAMPLEDB_S3_ENDPOINT" ] && s3_args+=(--endpoint-url "$SAMPLEDB_S3_ENDPOINT" --addressing-style path)
-# A store that does not answer (packets dropped) must not hold the archiver: each call is bounded (its 124 or 137
-# becomes this script's 1, as every failure does).
-limit=${SAMPLEDB_S3_CALL_SECONDS:-30}
+# (a call that times out, 124 or 137, becomes this script's 1, as every failure does)
 
 if [ "$(cat "$marker" 2>/dev/null)" != "$destination" ]; then
   out=$(timeout -k 5 "$limit" barman-cloud-check-wal-archive "${s3_args[@]}" "$SAMPLEDB_S3_URL" "pg$major" 2>&1) ||
     failed $? "$out"
   printf '%s\n' "$destination" >"$marker.tmp" && mv -f "$marker.tmp" "$marker" || failed 1 "cannot write $marker"
 fi
-compress=()
-[ -n "$SAMPLEDB_S3_COMPRESSION" ] && compress=("--$SAMPLEDB_S3_COMPRESSION")
 out=$(timeout -k 5 "$limit" barman-cloud-wal-archive "${s3_args[@]}" "${compress[@]}" "$SAMPLEDB_S3_URL" \
   "pg$major" "$wal_path" 2>&1) || failed $? "$out"
 record "$ok_file" "$(date +%s) $wal"

@@ -1,0 +1,92 @@
+"""Physical backups (SampleDBBackup spec.method physical): which method a backup takes, from which server, and what
+its Job says of it.
+
+A physical backup is barman-cloud-backup's copy of a server's data directory to the database's object store (the
+archive's ``base`` beside its ``wals``), between pg_backup_start and pg_backup_stop on that server. Restored with the
+WAL archived since, it brings the database back to any point after its end. A dump (pg_dumpall) is kept for
+portability and major versions.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+PHYSICAL = "physical"
+DUMP = "dump"
+
+# What base-backup.sh writes to its termination log, as status fields.
+_REPORTED = {
+    "id": "backupId",
+    "name": "backupName",
+    "begin_lsn": "beginLSN",
+    "end_lsn": "endLSN",
+    "begin_wal": "beginWal",
+    "end_wal": "endWal",
+    "begin_time": "beginTime",
+    "end_time": "endTime",
+    "timeline": "timeline",
+    "server": "server",
+    "size": "bytes",
+}
+
+
+def sampledb_backup_method(requested: Any, objectstore: Any, database: str = "") -> dict[str, str]:
+    """The method a backup takes: ``requested`` (spec.method) when given, else physical when the database has an
+    object store and dump when it has none. {method, error}: error names the field and the fix when a physical
+    backup is asked of a database without an object store."""
+    store = bool(objectstore)
+    method = str(requested or "") or (PHYSICAL if store else DUMP)
+    if method == PHYSICAL and not store:
+        return {"method": method,
+                "error": f"spec.method: physical needs an object store, and SampleDB {database} has none: set its "
+                         "spec.backup.objectStore, or ask for method dump"}
+    return {"method": method, "error": ""}
+
+
+def _ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in ((pod.get("status") or {}).get("conditions") or []))
+
+
+def sampledb_backup_source(pods: Any, primary: str, role_label: str = "sampledb.example.com/role") -> str:
+    """The server a physical backup is taken from: a Ready replica (the lowest ordinal; it spares the primary the
+    copy), else the primary; '' when there is neither."""
+    def ordinal(pod: dict) -> int:
+        name = pod["metadata"]["name"]
+        tail = name.rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else -1
+    replicas = [p for p in sorted(pods or [], key=ordinal)
+                if p["metadata"]["name"] != primary and _ready(p)
+                and ((p["metadata"].get("labels") or {}).get(role_label)) == "replica"
+                and not p["metadata"].get("deletionTimestamp")]
+    if replicas:
+        return replicas[0]["metadata"]["name"]
+    return primary or ""
+
+
+def sampledb_base_backup_report(messages: Any) -> dict[str, str]:
+    """What base-backup.sh wrote to its termination log (key=value pairs), as the SampleDBBackup's status fields
+    (``bytes``: the size in bytes), or {'error': why} from a pod whose backup failed; {} when no pod wrote either.
+    A pod that succeeded wins over the ones that failed before it."""
+    failure = {}
+    for message in messages or []:
+        fields = dict(kv.split("=", 1) for kv in str(message or "").split() if "=" in kv)
+        if fields.get("id"):
+            return {_REPORTED[k]: v for k, v in fields.items() if k in _REPORTED and v}
+        if "error" in fields and not failure:
+            try:
+                why = base64.b64decode(fields["error"].encode(), validate=True).decode(errors="replace").strip()
+            except ValueError:
+                why = ""
+            failure = {"error": why or "the backup failed without a message"}
+    return failure
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "sampledb_backup_method": sampledb_backup_method,
+            "sampledb_backup_source": sampledb_backup_source,
+            "sampledb_base_backup_report": sampledb_base_backup_report,
+        }

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Sourced by archive.sh and base-backup.sh: spec.backup.objectStore as barman-cloud takes it. objectstore.env (beside
+# this file, in /etc/sampledb) holds the settings; the keys are the Secret's files, read into barman's environment
+# only: never on a command line, never in a message (redacted replaces them).
+#   objectstore_settings   reads objectstore.env (1 when it is not there)
+#   objectstore_keys       exports the keys and the region, and sets s3_args, compress and limit (1 when a key file
+#                          cannot be read)
+#   redacted TEXT          TEXT's last line that says something, the keys replaced, barman's timestamp and pid cut,
+#                          at most 300 characters
+objectstore_env=$(dirname "${BASH_SOURCE[0]}")/objectstore.env
+objectstore_settings() {
+  [ -r "$objectstore_env" ] || return 1
+  . "$objectstore_env"
+}
+objectstore_keys() {
+  AWS_ACCESS_KEY_ID=$(<"$SAMPLEDB_S3_KEYS/ACCESS_KEY_ID") && AWS_SECRET_ACCESS_KEY=$(<"$SAMPLEDB_S3_KEYS/ACCESS_SECRET_KEY") ||
+    return 1
+  export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_DEFAULT_REGION=$SAMPLEDB_S3_REGION
+  export AWS_MAX_ATTEMPTS=2 AWS_RETRY_MODE=standard
+  s3_args=()
+  [ -n "$SAMPLEDB_S3_ENDPOINT" ] && s3_args+=(--endpoint-url "$SAMPLEDB_S3_ENDPOINT" --addressing-style path)
+  compress=()
+  [ -n "$SAMPLEDB_S3_COMPRESSION" ] && compress=("--$SAMPLEDB_S3_COMPRESSION")
+  # (a store that does not answer, its packets dropped, must not hold the caller: each call is bounded)
+  limit=${SAMPLEDB_S3_CALL_SECONDS:-30}
+  return 0
+}
+redacted() {
+  local message=$1
+  [ -n "${AWS_SECRET_ACCESS_KEY:-}" ] && message=${message//"$AWS_SECRET_ACCESS_KEY"/<secret access key>}
+  [ -n "${AWS_ACCESS_KEY_ID:-}" ] && message=${message//"$AWS_ACCESS_KEY_ID"/<access key id>}
+  printf '%s' "$message" | grep -v '^\s*$' | tail -n 1 |
+    sed -E 's/^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:,]+ \[[0-9]+\] [A-Z]+: //' | cut -c1-300
+}

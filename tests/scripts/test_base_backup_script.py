@@ -1,0 +1,116 @@
+"""base-backup.sh (a physical backup's Job), with barman-cloud replaced by recording fakes on PATH (the real ones run
+in tests/e2e/test_continuous_backup.py): what it asks barman for, what it reports to the operator through the
+termination log, and that the keys go to barman's environment only, never its command line or a message."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.scripts.manifests import ROLES
+
+FILES = ROLES / "provision" / "files"
+SECRET = "s3cr3t-value-never-shown"
+SHOW = {"pg15": {"backup_id": "20261128T060000", "backup_name": "nightly.6a1f-uid", "status": "DONE",
+                 "begin_xlog": "0/5000028", "end_xlog": "0/5000138", "begin_wal": "000000010000000000000005",
+                 "end_wal": "000000010000000000000005", "timeline": 1, "size": 31616512,
+                 "begin_time_iso": "2026-11-28T06:00:00+00:00", "end_time_iso": "2026-11-28T06:00:09+00:00"}}
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Path:
+    for d in ("bin", "etc", "keys", "data"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "data" / "PG_VERSION").write_text("15\n")
+    for name in ("base-backup.sh", "objectstore.sh"):
+        shutil.copy(FILES / name, tmp_path / "etc" / name)
+    (tmp_path / "etc" / "objectstore.env").write_text(
+        "SAMPLEDB_S3_ENDPOINT=http://store:7070\nSAMPLEDB_S3_URL=s3://b/ns/db\nSAMPLEDB_S3_REGION=us-east-1\n"
+        f"SAMPLEDB_S3_COMPRESSION=gzip\nSAMPLEDB_S3_KEYS={tmp_path / 'keys'}\nSAMPLEDB_S3_CALL_SECONDS=10\n")
+    (tmp_path / "keys" / "ACCESS_KEY_ID").write_text("key-id-1")
+    (tmp_path / "keys" / "ACCESS_SECRET_KEY").write_text(SECRET)
+    for name in ("barman-cloud-backup", "barman-cloud-backup-show"):
+        var = name.upper().replace("-", "_")
+        (tmp_path / "bin" / name).write_text(
+            "#!/bin/bash\n"
+            f'echo "{name} $* env=${{AWS_ACCESS_KEY_ID:-}}/${{AWS_SECRET_ACCESS_KEY:+set}}" >>"$FAKE_CALLS"\n'
+            f'[ -n "${{FAKE_{var}_OUT:-}}" ] && printf "%s\\n" "$FAKE_{var}_OUT"\n'
+            f'exit "${{FAKE_{var}_EXIT:-0}}"\n')
+        (tmp_path / "bin" / name).chmod(0o755)
+    return tmp_path
+
+
+def run(box: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], str, list[str]]:
+    base = {"PATH": f"{box / 'bin'}:{os.environ['PATH']}", "PGDATA": str(box / "data"), "BACKUP_NAME": "nightly",
+            "POD_UID": "6a1f-uid",
+            "PGHOST": "db-1.db-headless", "PGPORT": "5432", "PGUSER": "postgres", "SOURCE_SERVER": "db-1",
+            "TERMINATION_LOG": str(box / "termination-log"), "FAKE_CALLS": str(box / "calls"),
+            "BARMAN_PYTHON": sys.executable, "FAKE_BARMAN_CLOUD_BACKUP_SHOW_OUT": json.dumps(SHOW)}
+    done = subprocess.run(["bash", str(box / "etc" / "base-backup.sh")], env={**base, **env}, capture_output=True,
+                          text=True, timeout=30)
+    log = box / "termination-log"
+    calls = box / "calls"
+    return done, log.read_text() if log.exists() else "", calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_it_backs_up_the_mounted_servers_data_under_a_name_of_its_own_and_reports_it(box: Path) -> None:
+    (box / "data" / "pg_wal").mkdir()
+    (box / "data" / "pg_wal" / "000000010000000000000005").write_bytes(bytes(1 << 20))
+    done, report, calls = run(box)
+    assert done.returncode == 0, done.stderr
+    assert calls == [
+        "barman-cloud-backup --endpoint-url http://store:7070 --addressing-style path --gzip --immediate-checkpoint "
+        "--name nightly.6a1f-uid --host db-1.db-headless --port 5432 --user postgres --dbname postgres s3://b/ns/db pg15 "
+        "env=key-id-1/set",
+        "barman-cloud-backup-show --endpoint-url http://store:7070 --addressing-style path --format json "
+        "s3://b/ns/db pg15 nightly.6a1f-uid env=key-id-1/set"]
+    fields = dict(kv.split("=", 1) for kv in report.split())
+    assert 0 < int(fields.pop("size")) < 1 << 20  # the data directory's, pg_wal's segments left out as barman does
+    assert fields == {"id": "20261128T060000", "name": "nightly.6a1f-uid", "begin_lsn": "0/5000028", "end_lsn": "0/5000138",
+                      "begin_wal": "000000010000000000000005", "end_wal": "000000010000000000000005",
+                      "timeline": "1", "begin_time": "2026-11-28T06:00:00+00:00",
+                      "end_time": "2026-11-28T06:00:09+00:00", "status": "DONE",
+                      "server": "db-1"}
+    assert SECRET not in done.stdout + done.stderr + report
+
+
+def test_a_failure_is_reported_with_the_keys_replaced(box: Path) -> None:
+    done, report, _ = run(box, FAKE_BARMAN_CLOUD_BACKUP_EXIT="1",
+                          FAKE_BARMAN_CLOUD_BACKUP_OUT=f"2026-11-28 06:00:00,000 [42] ERROR: refused key-id-1 {SECRET}")
+    assert done.returncode == 1
+    said = base64.b64decode(report.strip().removeprefix("error=")).decode()
+    assert said == "refused <access key id> <secret access key>"
+    assert SECRET not in done.stdout + done.stderr + report
+
+
+def test_a_backup_barman_does_not_call_done_fails(box: Path) -> None:
+    failed = {"pg15": {**SHOW["pg15"], "status": "FAILED"}}
+    done, report, _ = run(box, FAKE_BARMAN_CLOUD_BACKUP_SHOW_OUT=json.dumps(failed))
+    assert done.returncode == 1 and report.startswith("error=")
+    assert "not done" in base64.b64decode(report.strip().removeprefix("error=")).decode()
+
+
+def test_without_the_keys_it_names_the_field(box: Path) -> None:
+    (box / "keys" / "ACCESS_SECRET_KEY").unlink()
+    done, report, calls = run(box)
+    assert done.returncode == 1 and calls == []
+    assert "spec.backup.objectStore.credentials" in base64.b64decode(report.strip().removeprefix("error=")).decode()
+
+
+def test_the_configuration_files_the_server_names_are_laid_out_where_it_has_them(box: Path) -> None:
+    """barman copies the server's config_file and hba_file (outside PGDATA): the same files from the ConfigMap, at
+    the server's paths, before barman runs."""
+    (box / "etc" / "postgresql.conf").write_text("max_connections = 100\n")
+    (box / "etc" / "pg_hba.conf").write_text("host all all all scram-sha-256\n")
+    (box / "run").mkdir()
+    done, _, _ = run(box, RUN_DIR=str(box / "run"))
+    assert done.returncode == 0, done.stderr
+    assert (box / "run" / "runtime.conf").read_text() == f"include '{box / 'etc' / 'postgresql.conf'}'\n"
+    assert (box / "run" / "pg_hba.conf").read_text() == "host all all all scram-sha-256\n"
