@@ -213,3 +213,31 @@ def test_a_physical_backup_copies_its_servers_volume_read_only_with_the_keys_and
         assert mounts["data"] == {"name": "data", "mountPath": "/var/lib/postgresql/data", "readOnly": True}
         assert mounts["objectstore-keys"]["readOnly"] is True
         assert spec["securityContext"]["runAsUser"] == 999
+        # (beside the server it copies: a ReadWriteOnce volume attaches to that node only)
+        [term] = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term == {"labelSelector": {"matchLabels": {"statefulset.kubernetes.io/pod-name": "db-2"}},
+                        "topologyKey": "kubernetes.io/hostname"}
+
+
+def test_a_recovery_mounts_the_sources_keys_apart_and_says_where_and_to_when() -> None:
+    """spec.restoreFrom.objectStore: recovery.env (the source's archive, its target) and objectstore.sh in the
+    ConfigMap, the source's Secret mounted in the server container alone, apart from the database's own keys."""
+    own = {"endpointURL": "http://versitygw.objectstore.svc:7070", "bucket": "sampledb",
+           "credentials": {"secretName": "keys"}}
+    restore = {"objectStore": {**own, "sourceName": "old", "credentials": {"secretName": "old-keys"}},
+               "targetTime": "2026-11-28T10:00:00Z"}
+    variables = sampledb_vars("db", replicas=3, restoreFrom=restore, backup={
+        "schedule": "30 0 * * *", "retention": 7, "suspend": False, "storageSize": "2Gi", "objectStore": own})
+    [out] = render((["configmap.yaml.j2", "statefulset.yaml.j2"], variables))
+    data = out["configmap.yaml.j2"][0]["data"]
+    assert "SAMPLEDB_S3_URL=s3://sampledb/ns/old\n" in data["recovery.env"]
+    assert "SAMPLEDB_RECOVERY_TARGET_TIME='2026-11-28 10:00:00+00:00'\n" in data["recovery.env"]
+    assert "SAMPLEDB_S3_URL=s3://sampledb/ns/db\n" in data["objectstore.env"]
+    spec = pod_spec(out["statefulset.yaml.j2"][0])
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["recovery-keys"]["secret"]["secretName"] == "old-keys"
+    assert volumes["objectstore-keys"]["secret"]["secretName"] == "keys"
+    mounted = {c["name"]: {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+               for c in spec["containers"] + spec.get("initContainers", [])}
+    assert [c for c, mounts in mounted.items() if "recovery-keys" in mounts] == ["postgres"]
+    assert mounted["postgres"]["recovery-keys"] != mounted["postgres"]["objectstore-keys"]

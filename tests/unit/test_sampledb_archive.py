@@ -151,3 +151,36 @@ def test_a_gap_a_standby_left_before_its_promotion_is_reported_and_errors_clear_
     assert status.sampledb_status(found(archive=healthy, status=was))["status"]["archive"]["lastError"] is None
     unread = archive.sampledb_archive_report("", "s3://b/ns/db/pg15", "db-0")
     assert "destination" not in unread  # (the primary's own, last read, stands)
+
+
+def test_a_recovery_reads_the_sources_archive_with_its_own_keys_and_the_target_as_postgresql_takes_it() -> None:
+    own = archive.sampledb_objectstore(STORE, "shop", "orders-copy", "15.18")
+    source = archive.sampledb_recovery_source(
+        {"objectStore": {**STORE, "sourceName": "orders", "credentials": {"secretName": "old-keys"}},
+         "targetTime": "2026-11-28T10:15:00.5Z"}, "shop", "15.18", own)
+    assert (source["url"], source["location"], source["secret"]) == (
+        "s3://sampledb/shop/orders", "s3://sampledb/shop/orders/pg15", "old-keys")
+    assert source["keys_dir"] != own["keys_dir"] and "error" not in source
+    env = env_of(source)
+    assert env["SAMPLEDB_S3_KEYS"] == source["keys_dir"]
+    # (PostgreSQL refuses a zone abbreviation, Z included, in recovery_target_time)
+    assert env["SAMPLEDB_RECOVERY_TARGET_TIME"] == "2026-11-28 10:15:00.5+00:00"
+    assert source["target"] == "targetTime 2026-11-28T10:15:00.5Z"
+    path = archive.sampledb_recovery_source(
+        {"objectStore": {**STORE, "path": "team/old"}, "targetLSN": "0/3000060", "backupID": "20261128T101500"},
+        "shop", "15", own)
+    assert path["url"] == "s3://sampledb/team/old"
+    assert (env_of(path)["SAMPLEDB_RECOVERY_TARGET_LSN"], env_of(path)["SAMPLEDB_RECOVERY_BACKUP_ID"]) == (
+        "0/3000060", "20261128T101500")
+    everything = archive.sampledb_recovery_source({"objectStore": {**STORE, "sourceName": "orders"}}, "shop", "15", own)
+    assert everything["target"] == "the end of its archived WAL"
+    assert archive.sampledb_recovery_source({"backup": "nightly"}, "shop", "15", own) == {}
+
+
+def test_a_recovery_from_the_archive_the_database_writes_to_is_refused_naming_the_field() -> None:
+    own = archive.sampledb_objectstore(STORE, "shop", "orders", "15.18")
+    same = archive.sampledb_recovery_source({"objectStore": {**STORE, "sourceName": "orders"}}, "shop", "15", own)
+    assert "spec.restoreFrom.objectStore" in same["error"] and "s3://sampledb/shop/orders" in same["error"]
+    elsewhere = archive.sampledb_recovery_source(
+        {"objectStore": {**STORE, "endpointURL": "https://s3.example.com", "sourceName": "orders"}}, "shop", "15", own)
+    assert "error" not in elsewhere

@@ -155,3 +155,12 @@ def test_a_job_of_an_earlier_database_of_the_name_is_not_this_ones_outcome() -> 
     assert filters.sampledb_job_state(done, "old") == "Succeeded"
     assert filters.sampledb_job_state(done, "new") == "Running"
     assert filters.sampledb_job_state({}, "new") == "None"
+
+
+def test_jobs_still_running_are_those_neither_succeeded_nor_out_of_retries() -> None:
+    jobs = [{"metadata": {"name": "a"}, "status": {"succeeded": 1}},
+            {"metadata": {"name": "b"}, "status": {"failed": 3, "conditions": [{"type": "Failed", "status": "True"}]}},
+            {"metadata": {"name": "c"}, "status": {"failed": 1}},
+            {"metadata": {"name": "d"}}]
+    assert filters.sampledb_jobs_running(jobs) == ["c", "d"]
+    assert filters.sampledb_jobs_running(None) == []

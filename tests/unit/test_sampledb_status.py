@@ -182,3 +182,15 @@ def test_why_a_server_does_not_run_is_in_the_degraded_message() -> None:
                                    '"x:1"); db-2: postgres CrashLoopBackOff (back-off 5m0s)')
     assert next(c for c in filters.sampledb_status(found(server_pods=pods[:1]))["conditions"]
                 if c["type"] == "Degraded")["reason"] == "AllServersHealthy"
+
+
+def test_a_server_that_keeps_ending_is_reported_with_what_it_said_as_it_ended() -> None:
+    """A recovery that cannot reach its target ends its container with the reason as termination message: Degraded
+    quotes it, not the back-off."""
+    said = "recovery from s3://b/ns/old failed: Cannot find any candidate backup for recovery."
+    pods = [{"metadata": {"name": "db-0"}, "status": {"containerStatuses": [
+        {"name": "postgres", "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+         "lastState": {"terminated": {"exitCode": 1, "message": said + "\n"}}}]}}]
+    degraded = next(c for c in filters.sampledb_status(found(ready="0", server_pods=pods))["conditions"]
+                    if c["type"] == "Degraded")
+    assert degraded["message"].endswith(f"db-0: postgres CrashLoopBackOff ({said})"), degraded

@@ -120,6 +120,11 @@ def sampledb_job_state(job, owner_uid=""):
     return "Running"
 
 
+def sampledb_jobs_running(jobs) -> list[str]:
+    """The names of the Jobs among ``jobs`` that are still running (sampledb_job_state's Running)."""
+    return [j["metadata"]["name"] for j in jobs or [] if sampledb_job_state(j) == "Running"]
+
+
 def _conf_value(value):
     """A postgresql.conf value, quoted: booleans as on/off; a quote doubled and a backslash escaped (the
     server reads backslash escapes inside quotes)."""
@@ -279,6 +284,7 @@ class FilterModule:
     def filters(self):
         return {"sampledb_rollout_front": sampledb_rollout_front,
                 "sampledb_job_state": sampledb_job_state,
+            "sampledb_jobs_running": sampledb_jobs_running,
                 "sampledb_postgresql_conf": sampledb_postgresql_conf,
                 "sampledb_restart_hash": sampledb_restart_hash,
                 "sampledb_settings": sampledb_settings,

@@ -14,12 +14,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 KEYS_DIR = "/etc/sampledb-s3/archive"
+RESTORE_KEYS_DIR = "/etc/sampledb-s3/restore"
+# spec.restoreFrom's targets, as the environment entrypoint.sh's recovery reads
+TARGETS = {"targetTime": "SAMPLEDB_RECOVERY_TARGET_TIME", "targetLSN": "SAMPLEDB_RECOVERY_TARGET_LSN",
+           "targetXID": "SAMPLEDB_RECOVERY_TARGET_XID", "targetName": "SAMPLEDB_RECOVERY_TARGET_NAME",
+           "backupID": "SAMPLEDB_RECOVERY_BACKUP_ID"}
 ACCESS_KEY_FILE = "ACCESS_KEY_ID"
 SECRET_KEY_FILE = "ACCESS_SECRET_KEY"
 
 
 def sampledb_objectstore(spec: Any, namespace: str, name: str, major: Any = "", standby_hold_mb: Any = 1024,
-                         call_seconds: Any = 30) -> dict[str, Any]:
+                         call_seconds: Any = 30, keys_dir: str = KEYS_DIR) -> dict[str, Any]:
     """spec.backup.objectStore as the servers use it ({} when unset): ``url`` (barman-cloud's: each major version's
     archive is the server ``pg<major>`` below it, which archive.sh names from its image's PG_MAJOR), ``location``
     (where this major's archive is, for people), the Secret and its two keys, and ``env``: objectstore.env, the
@@ -35,7 +40,7 @@ def sampledb_objectstore(spec: Any, namespace: str, name: str, major: Any = "", 
         "SAMPLEDB_S3_URL": url,
         "SAMPLEDB_S3_REGION": str(spec.get("region") or "us-east-1"),
         "SAMPLEDB_S3_COMPRESSION": "" if compression == "none" else compression,
-        "SAMPLEDB_S3_KEYS": KEYS_DIR,
+        "SAMPLEDB_S3_KEYS": keys_dir,
         "SAMPLEDB_S3_CALL_SECONDS": str(int(call_seconds)),
         "SAMPLEDB_STANDBY_HOLD_MB": str(int(standby_hold_mb)),
     }
@@ -46,9 +51,39 @@ def sampledb_objectstore(spec: Any, namespace: str, name: str, major: Any = "", 
         "secret": str(creds.get("secretName") or ""),
         "access_key_key": str(creds.get("accessKeyIdKey") or "ACCESS_KEY_ID"),
         "secret_key_key": str(creds.get("secretAccessKeyKey") or "ACCESS_SECRET_KEY"),
-        "keys_dir": KEYS_DIR,
+        "endpoint": settings["SAMPLEDB_S3_ENDPOINT"],
+        "keys_dir": keys_dir,
         "env": "".join(f"{k}={shlex.quote(v)}\n" for k, v in settings.items()),
     }
+
+
+def sampledb_recovery_source(restore_from: Any, namespace: str, major: Any = "", own: Any = None,
+                             call_seconds: Any = 30) -> dict[str, Any]:
+    """spec.restoreFrom.objectStore as the bootstrap server's recovery reads it ({} when unset): sampledb_objectstore's
+    fields for the source's archive (its keys mounted apart from this database's own), ``env`` with the target and
+    base backup asked for, and ``error`` naming the field when the source is the archive this database writes to
+    (``own``: its sampledb_objectstore): a new timeline's WAL would land among the source's."""
+    restore_from = restore_from if isinstance(restore_from, dict) else {}
+    spec = restore_from.get("objectStore")
+    if not isinstance(spec, dict) or not spec.get("bucket"):
+        return {}
+    source = sampledb_objectstore(spec, namespace, str(spec.get("sourceName") or ""), major,
+                                  call_seconds=call_seconds, keys_dir=RESTORE_KEYS_DIR)
+    extra = {var: str(restore_from[key]) for key, var in TARGETS.items() if restore_from.get(key) not in (None, "")}
+    if "SAMPLEDB_RECOVERY_TARGET_TIME" in extra:
+        # (PostgreSQL refuses a zone abbreviation in recovery_target_time, Z included: an offset it takes, as barman)
+        when = extra["SAMPLEDB_RECOVERY_TARGET_TIME"]
+        extra["SAMPLEDB_RECOVERY_TARGET_TIME"] = when[:10] + " " + when[11:].replace("Z", "+00:00")
+    source["env"] += "".join(f"{k}={shlex.quote(v)}\n" for k, v in extra.items())
+    asked = [f"{key} {restore_from[key]}" for key in TARGETS if key != "backupID" and key in restore_from]
+    source["target"] = (asked[0] if asked else "the end of its archived WAL") + (
+        f" from base backup {restore_from['backupID']}" if restore_from.get("backupID") else "")
+    own = own if isinstance(own, dict) else {}
+    if own.get("url") and (own["url"], own.get("endpoint", "")) == (source["url"], source["endpoint"]):
+        source["error"] = (f"spec.restoreFrom.objectStore is {source['url']}, the archive this database writes to "
+                           "(spec.backup.objectStore): restore from another database's path, or give this one "
+                           "another spec.backup.objectStore.path")
+    return source
 
 
 def _epoch_iso(value: str) -> str:
@@ -121,4 +156,5 @@ def sampledb_archive_report(text: Any, location: str = "", server: str = "") -> 
 
 class FilterModule:
     def filters(self):
-        return {"sampledb_objectstore": sampledb_objectstore, "sampledb_archive_report": sampledb_archive_report}
+        return {"sampledb_objectstore": sampledb_objectstore, "sampledb_archive_report": sampledb_archive_report,
+                "sampledb_recovery_source": sampledb_recovery_source}

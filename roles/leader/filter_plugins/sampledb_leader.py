@@ -519,7 +519,8 @@ def sampledb_server_metadata(pods, plan: dict, instructions: dict) -> list[dict]
     """The label and annotations each server pod should carry after this run, for those whose metadata differs:
     [{name, labels, annotations}] (a value None removes an annotation). ``instructions`` are the annotations every
     server gets (INSTRUCTIONS without the prefix: servers, synchronous-standby-names, upgrade-from, ...; '' or None
-    for none); the primary alone gets ``fence``; the plan's ``bootstrap`` server alone gets bootstrap. Demotions come
+    for none); the primary alone gets ``fence``; the plan's ``bootstrap`` server alone gets bootstrap (its value: initdb
+    unless the instructions say recovery). Demotions come
     first, the promotion last (the role applies them in this order)."""
     target = plan.get("target") or ""
     out = []
@@ -534,7 +535,7 @@ def sampledb_server_metadata(pods, plan: dict, instructions: dict) -> list[dict]
             if key == "fence" and name != target:
                 value = ""
             if key == "bootstrap":
-                value = "initdb" if name == (plan.get("bootstrap") or "") else ""
+                value = (instructions.get(key) or "initdb") if name == (plan.get("bootstrap") or "") else ""
             want[INSTRUCTION_PREFIX + key] = value or None
         changes = {k: v for k, v in want.items() if have.get(k) != v and not (v is None and k not in have)}
         labels = {ROLE_LABEL: role} if role and _labelled(pod) != role else {}

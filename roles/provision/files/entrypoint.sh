@@ -212,6 +212,85 @@ SQL
   mv "$new" "$PGDATA"
 }
 
+# Recovery from another database's archive (spec.restoreFrom.objectStore, recovery.env), on the operator's instruction
+# only: its base backup restored beside PGDATA, its WAL replayed up to the target and promoted on a new timeline by a
+# server that only this script reaches (a socket directory of its own, no TCP: so it may trust the socket), this
+# database's passwords set (the backup holds the source's), then renamed into place. The WAL it writes stays ready
+# for this database's own archiver. In a subshell: the source's keys never reach the server started afterwards. A
+# failure ends the container with its reason as the termination message (status shows it; the restart backs off).
+recover() (
+  writable_volume
+  local new="$PGDATA.new" boot="$RUN_DIR/recovery" server restore why target=()
+  recovery_failed() {
+    why=$(redacted "${1:-${2:-}}")
+    log "recovery failed: $why"
+    printf 'recovery from %s failed: %s\n' "${SAMPLEDB_S3_URL:-the archive}" "$why" >/dev/termination-log 2>/dev/null || true
+    ! pg_ctl -D "$new" status >/dev/null 2>&1 || run pg_ctl -D "$new" -w -m immediate stop
+    exit 1
+  }
+  . "$CONF/objectstore.sh"
+  objectstore_settings "$CONF/recovery.env" || recovery_failed "no recovery settings ($CONF/recovery.env): see the SampleDB's status"
+  objectstore_keys || recovery_failed "the source archive's keys are not readable in $SAMPLEDB_S3_KEYS: see spec.restoreFrom.objectStore.credentials"
+  server=pg$(major)
+  [ -z "${SAMPLEDB_RECOVERY_TARGET_TIME:-}" ] || target=(--target-time "$SAMPLEDB_RECOVERY_TARGET_TIME")
+  [ -z "${SAMPLEDB_RECOVERY_TARGET_LSN:-}" ] || target=(--target-lsn "$SAMPLEDB_RECOVERY_TARGET_LSN")
+  rm -rf "$new" "$boot" "$PGDATA.recovery.log"
+  log "recovering from $SAMPLEDB_S3_URL/$server: base backup ${SAMPLEDB_RECOVERY_BACKUP_ID:-chosen by the target}"
+  why=$(barman-cloud-restore "${s3_args[@]}" "${target[@]}" "$SAMPLEDB_S3_URL" "$server" \
+    "${SAMPLEDB_RECOVERY_BACKUP_ID:-auto}" "$new" 2>&1) || recovery_failed "barman-cloud-restore: $why"
+  # (copied from a standby: it must end its recovery, not stream; nor take the source's own settings, nor its
+  # archive's marks: archive.sh's of the source's archive)
+  rm -f "$new/standby.signal" "$new/postmaster.pid" "$new/sampledb-archive-gap" "$new/sampledb-archive-checked"
+  sed -i '/^primary_conninfo\b/d; /^primary_slot_name\b/d' "$new/postgresql.auto.conf" 2>/dev/null || true
+  : >"$new/recovery.signal"
+  (umask 077 && mkdir -p "$boot") || recovery_failed "could not make $boot"
+  printf -v restore 'barman-cloud-wal-restore %s %q %q %%f %%p' "$(printf '%q ' "${s3_args[@]}")" "$SAMPLEDB_S3_URL" "$server"
+  {
+    printf "include '%s'\n" "$CONF/postgresql.conf"
+    printf "%s = '%s'\n" listen_addresses '' unix_socket_directories "$boot" hba_file "$boot/pg_hba.conf" \
+      synchronous_standby_names '' archive_command '' restore_command "${restore//\'/\'\'}" \
+      recovery_target_action promote cluster_name "$ME-recovery"
+    [ -z "${SAMPLEDB_RECOVERY_TARGET_TIME:-}" ] || printf "recovery_target_time = '%s'\n" "$SAMPLEDB_RECOVERY_TARGET_TIME"
+    [ -z "${SAMPLEDB_RECOVERY_TARGET_LSN:-}" ] || printf "recovery_target_lsn = '%s'\n" "$SAMPLEDB_RECOVERY_TARGET_LSN"
+    [ -z "${SAMPLEDB_RECOVERY_TARGET_XID:-}" ] || printf "recovery_target_xid = '%s'\n" "$SAMPLEDB_RECOVERY_TARGET_XID"
+    [ -z "${SAMPLEDB_RECOVERY_TARGET_NAME:-}" ] || printf "recovery_target_name = '%s'\n" "$SAMPLEDB_RECOVERY_TARGET_NAME"
+  } >"$boot/recovery.conf"
+  printf 'local all all trust\n' >"$boot/pg_hba.conf"
+  run pg_ctl -D "$new" -W -l "$PGDATA.recovery.log" -o "-c config_file=$boot/recovery.conf" start ||
+    recovery_failed "the server did not start: $(tail -n 5 "$PGDATA.recovery.log" 2>/dev/null)"
+  # (replays for as long as the archive holds WAL up to the target; promoted there, or stopped when it cannot get there:
+  # then its log's last FATAL or PANIC, other than the refusals of this loop's early connections, says why)
+  local waited=0 pid=""
+  until [ "$(psql -X -w -A -t -q -h "$boot" -U "$POSTGRES_USER" -d postgres -c 'select pg_is_in_recovery()' 2>/dev/null)" = f ]; do
+    [ -n "$pid" ] || pid=$(head -n 1 "$new/postmaster.pid" 2>/dev/null)
+    if { [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; } || { [ -z "$pid" ] && [ "$waited" -ge 60 ]; }; then
+      recovery_failed "$(grep -E ' (FATAL|PANIC): ' "$PGDATA.recovery.log" | grep -vE 'starting up|not yet accepting connections' |
+        tail -n 1 | sed -E 's/^.* (FATAL|PANIC): +//')" "$(tail -n 3 "$PGDATA.recovery.log" 2>/dev/null)"
+    fi
+    run sleep 1
+    waited=$((waited + 1))
+  done
+  log "recovered: $(psql -X -w -A -t -q -h "$boot" -U "$POSTGRES_USER" -d postgres -c "select 'timeline ' || timeline_id || ' at ' || pg_current_wal_lsn() from pg_control_checkpoint()")"
+  if ! run psql -X -w -q -v ON_ERROR_STOP=1 -h "$boot" -U "$POSTGRES_USER" -d postgres \
+      -v super="$POSTGRES_USER" -v user="$REPLICATION_USER" <<'SQL'
+SET log_statement = 'none';
+SET log_min_duration_statement = -1;
+\getenv super_pass POSTGRES_PASSWORD
+\getenv pass REPLICATION_PASSWORD
+SELECT format('ALTER ROLE %I WITH SUPERUSER LOGIN PASSWORD %L', :'super', :'super_pass') \gexec
+SELECT format('CREATE ROLE %I', :'user') WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'user') \gexec
+SELECT format('ALTER ROLE %I WITH REPLICATION LOGIN PASSWORD %L', :'user', :'pass') \gexec
+CHECKPOINT;
+SQL
+  then
+    recovery_failed "this database's passwords could not be set (the superuser $POSTGRES_USER must exist in the source)"
+  fi
+  run pg_ctl -D "$new" -w -m fast stop || recovery_failed "the recovered server did not stop"
+  rm -rf "$boot" "$PGDATA.recovery.log" "$new/recovery.signal"
+  if [ -e "$PGDATA" ]; then keep_aside incomplete "there is no PG_VERSION in it" || exit 1; fi
+  mv "$new" "$PGDATA"
+)
+
 # A new replica: a copy of the primary, built beside PGDATA and renamed when complete (an interrupted clone is never
 # taken for data).
 clone() {
@@ -291,7 +370,9 @@ prepare() {
   fi
   if [ ! -s "$PGDATA/PG_VERSION" ]; then
     if [ "$r" = primary ]; then
-      if [ "$(annotation bootstrap)" = initdb ] || [ -n "$(annotation upgrade-from)" ]; then
+      if [ "$(annotation bootstrap)" = recovery ] && [ -z "$(annotation upgrade-from)" ]; then
+        recover || exit 1
+      elif [ "$(annotation bootstrap)" = initdb ] || [ -n "$(annotation upgrade-from)" ]; then
         initialise
       else
         wait_note "the data volume holds no database and the operator has not asked for a new one: this server does not start as an empty primary (the operator promotes a server that has the data; this one then clones it)"

@@ -2,15 +2,17 @@
 # Sourced by archive.sh and base-backup.sh: spec.backup.objectStore as barman-cloud takes it. objectstore.env (beside
 # this file, in /etc/sampledb) holds the settings; the keys are the Secret's files, read into barman's environment
 # only: never on a command line, never in a message (redacted replaces them).
-#   objectstore_settings   reads objectstore.env (1 when it is not there)
+#   objectstore_settings [FILE]  reads objectstore.env, or FILE (recovery.env: another database's archive); 1 when
+#                          it is not there
 #   objectstore_keys       exports the keys and the region, and sets s3_args, compress and limit (1 when a key file
 #                          cannot be read)
 #   redacted TEXT          TEXT's last line that says something, the keys replaced, barman's timestamp and pid cut,
 #                          at most 300 characters
 objectstore_env=$(dirname "${BASH_SOURCE[0]}")/objectstore.env
 objectstore_settings() {
-  [ -r "$objectstore_env" ] || return 1
-  . "$objectstore_env"
+  local file=${1:-$objectstore_env}
+  [ -r "$file" ] || return 1
+  . "$file"
 }
 objectstore_keys() {
   AWS_ACCESS_KEY_ID=$(<"$SAMPLEDB_S3_KEYS/ACCESS_KEY_ID") && AWS_SECRET_ACCESS_KEY=$(<"$SAMPLEDB_S3_KEYS/ACCESS_SECRET_KEY") ||

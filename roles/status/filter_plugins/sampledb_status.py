@@ -64,7 +64,7 @@ ON_ITS_WAY = ("ContainerCreating", "PodInitializing")
 def sampledb_server_problems(pods: Any) -> list[str]:
     """Why server containers do not run, as the kubelet says it: "<pod>: <container> <reason> (<message>)" for each
     container (the Lease agent sidecar's included) waiting for a reason a user can act on, such as an image that
-    cannot be pulled or a container that keeps crashing."""
+    cannot be pulled or a container that keeps crashing (with the termination message it last left, if any)."""
     out = []
     for pod in pods or []:
         status = (pod or {}).get("status") or {}
@@ -73,7 +73,9 @@ def sampledb_server_problems(pods: Any) -> list[str]:
             waiting = (c.get("state") or {}).get("waiting") or {}
             reason = waiting.get("reason") or ""
             if reason and reason not in ON_ITS_WAY:
-                message = " ".join(str(waiting.get("message") or "").split())[:200]
+                # (a container that keeps ending: why it ended last, when it said so, rather than the back-off)
+                said = ((c.get("lastState") or {}).get("terminated") or {}).get("message") or ""
+                message = " ".join(str(said or waiting.get("message") or "").split())[:300]
                 out.append(f"{name}: {c.get('name', '')} {reason}" + (f" ({message})" if message else ""))
     return out
 
