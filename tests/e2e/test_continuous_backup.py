@@ -313,6 +313,9 @@ def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
             GROUP, VERSION, ns, "sampledbbackups")["items"]), timeout=60)
     again = take()
     assert again["backupId"] != done["backupId"] and again["backupName"] != done["backupName"], (done, again)
+    # (the sample's retentionPolicy, 7d, keeps both: a recovery can reach back to the end of the first)
+    recoverable = get(nodes, ns, "ledger")["status"].get("firstRecoverabilityPoint", "")
+    assert recoverable[:19] == done["endTime"][:19], (recoverable, done)
     listed = run_pod(nodes, ns, "list-backups", (
         f"barman-cloud-backup-list --endpoint-url {ENDPOINT} --addressing-style path --format json "
         f"s3://sampledb/{ns}/ledger pg15"), "objectstore-keys")

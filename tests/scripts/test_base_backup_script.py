@@ -36,7 +36,8 @@ def box(tmp_path: Path) -> Path:
         f"SAMPLEDB_S3_COMPRESSION=gzip\nSAMPLEDB_S3_KEYS={tmp_path / 'keys'}\nSAMPLEDB_S3_CALL_SECONDS=10\n")
     (tmp_path / "keys" / "ACCESS_KEY_ID").write_text("key-id-1")
     (tmp_path / "keys" / "ACCESS_SECRET_KEY").write_text(SECRET)
-    for name in ("barman-cloud-backup", "barman-cloud-backup-show"):
+    for name in ("barman-cloud-backup", "barman-cloud-backup-show", "barman-cloud-backup-delete",
+                 "barman-cloud-backup-list"):
         var = name.upper().replace("-", "_")
         (tmp_path / "bin" / name).write_text(
             "#!/bin/bash\n"
@@ -70,7 +71,10 @@ def test_it_backs_up_the_mounted_servers_data_under_a_name_of_its_own_and_report
         "--name nightly.6a1f-uid --host db-1.db-headless --port 5432 --user postgres --dbname postgres s3://b/ns/db pg15 "
         "env=key-id-1/set",
         "barman-cloud-backup-show --endpoint-url http://store:7070 --addressing-style path --format json "
-        "s3://b/ns/db pg15 nightly.6a1f-uid env=key-id-1/set"]
+        "s3://b/ns/db pg15 nightly.6a1f-uid env=key-id-1/set",
+        # (no retention policy: nothing deleted; what the store holds is read for the database's status)
+        "barman-cloud-backup-list --endpoint-url http://store:7070 --addressing-style path --format json "
+        "s3://b/ns/db pg15 env=key-id-1/set"]
     fields = dict(kv.split("=", 1) for kv in report.split())
     assert 0 < int(fields.pop("size")) < 1 << 20  # the data directory's, pg_wal's segments left out as barman does
     assert fields == {"id": "20261128T060000", "name": "nightly.6a1f-uid", "begin_lsn": "0/5000028", "end_lsn": "0/5000138",
@@ -114,3 +118,28 @@ def test_the_configuration_files_the_server_names_are_laid_out_where_it_has_them
     assert done.returncode == 0, done.stderr
     assert (box / "run" / "runtime.conf").read_text() == f"include '{box / 'etc' / 'postgresql.conf'}'\n"
     assert (box / "run" / "pg_hba.conf").read_text() == "host all all all scram-sha-256\n"
+
+
+def test_a_retention_policy_is_applied_after_the_backup_and_what_the_store_kept_reported(box: Path) -> None:
+    """spec.backup.retentionPolicy: barman-cloud-backup-delete with the recovery window, once the backup is done; then
+    the oldest DONE backup the store lists (a FAILED one is not a recovery's start) and when it ended."""
+    (box / "etc" / "objectstore.env").write_text(
+        (box / "etc" / "objectstore.env").read_text() + "SAMPLEDB_RETENTION_POLICY='RECOVERY WINDOW OF 7 DAYS'\n")
+    listing = {"backups_list": [
+        {"backup_id": "20261120T003000", "status": "FAILED"},
+        {"backup_id": "20261121T003000", "status": "DONE", "end_time_iso": "2026-11-21T00:30:09+00:00"},
+        {"backup_id": "20261128T060000", "status": "DONE", "end_time_iso": "2026-11-28T06:00:09+00:00"}]}
+    done, report, calls = run(box, FAKE_BARMAN_CLOUD_BACKUP_LIST_OUT=json.dumps(listing))
+    assert done.returncode == 0, done.stderr
+    assert calls[2] == ("barman-cloud-backup-delete --endpoint-url http://store:7070 --addressing-style path "
+                        "--retention-policy RECOVERY WINDOW OF 7 DAYS s3://b/ns/db pg15 env=key-id-1/set")
+    fields = dict(kv.split("=", 1) for kv in report.split())
+    assert (fields["oldest_kept"], fields["first_recoverability"]) == ("20261121T003000", "2026-11-21T00:30:09+00:00")
+    assert "retention_error" not in fields
+
+    failing, report, _ = run(box, FAKE_BARMAN_CLOUD_BACKUP_DELETE_EXIT="1",
+                             FAKE_BARMAN_CLOUD_BACKUP_DELETE_OUT=f"ERROR: denied {SECRET}",
+                             FAKE_BARMAN_CLOUD_BACKUP_LIST_OUT=json.dumps(listing))
+    assert failing.returncode == 0, failing.stderr  # (the backup itself is done)
+    said = base64.b64decode(dict(kv.split("=", 1) for kv in report.split())["retention_error"]).decode()
+    assert said == "ERROR: denied <secret access key>"

@@ -184,3 +184,11 @@ def test_a_recovery_from_the_archive_the_database_writes_to_is_refused_naming_th
     elsewhere = archive.sampledb_recovery_source(
         {"objectStore": {**STORE, "endpointURL": "https://s3.example.com", "sourceName": "orders"}}, "shop", "15", own)
     assert "error" not in elsewhere
+
+
+def test_a_retention_policy_is_barmans_recovery_window_and_only_set_when_asked() -> None:
+    assert "SAMPLEDB_RETENTION_POLICY" not in env_of(archive.sampledb_objectstore(STORE, "shop", "orders", "15"))
+    for policy, window in (("7d", "RECOVERY WINDOW OF 7 DAYS"), ("4w", "RECOVERY WINDOW OF 4 WEEKS"),
+                           ("3m", "RECOVERY WINDOW OF 3 MONTHS")):
+        store = archive.sampledb_objectstore(STORE, "shop", "orders", "15", retention_policy=policy)
+        assert env_of(store)["SAMPLEDB_RETENTION_POLICY"] == window

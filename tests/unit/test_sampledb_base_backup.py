@@ -64,3 +64,20 @@ def test_a_failed_backups_error_is_read_back_and_nothing_is_made_up() -> None:
     assert backup.sampledb_base_backup_report(["error=%%%"]) == {"error": "the backup failed without a message"}
     assert backup.sampledb_base_backup_report([]) == {}
     assert backup.sampledb_base_backup_report(["size=12"]) == {}
+
+
+def test_the_retention_policy_report_goes_to_the_database_and_the_records_of_backups_it_deleted_go() -> None:
+    said = ("id=20261128T101500 name=n.u status=DONE oldest_kept=20261127T003000 "
+            "first_recoverability=2026-11-27T00:30:09+00:00 retention_error=" + base64.b64encode(b"no answer").decode())
+    report = backup.sampledb_base_backup_report([said])
+    assert (report["oldestKept"], report["firstRecoverabilityPoint"], report["retentionError"]) == (
+        "20261127T003000", "2026-11-27T00:30:09+00:00", "no answer")
+    records = [{"metadata": {"name": n}, "status": {"method": m, "phase": p, **({"backupId": i} if i else {})}}
+               for n, m, p, i in [("old", "physical", "Completed", "20261126T003000"),
+                                  ("kept", "physical", "Completed", "20261127T003000"),
+                                  ("dump", "dump", "Completed", ""),
+                                  ("failed", "physical", "Failed", "20261125T003000"),
+                                  ("no-id", "physical", "Completed", "")]]
+    gone = backup.sampledb_backups_pruned_by_store(records, "20261127T003000")
+    assert [r["metadata"]["name"] for r in gone] == ["old"]
+    assert backup.sampledb_backups_pruned_by_store(records, "") == []

@@ -28,6 +28,9 @@ _REPORTED = {
     "timeline": "timeline",
     "server": "server",
     "size": "bytes",
+    # (spec.backup.retentionPolicy: what the store kept, for the database's status and the records of backups gone)
+    "oldest_kept": "oldestKept",
+    "first_recoverability": "firstRecoverabilityPoint",
 }
 
 
@@ -65,6 +68,13 @@ def sampledb_backup_source(pods: Any, primary: str, role_label: str = "sampledb.
     return primary or ""
 
 
+def _decoded(value: str) -> str:
+    try:
+        return base64.b64decode(value.encode(), validate=True).decode(errors="replace").strip()
+    except ValueError:
+        return ""
+
+
 def sampledb_base_backup_report(messages: Any) -> dict[str, str]:
     """What base-backup.sh wrote to its termination log (key=value pairs), as the SampleDBBackup's status fields
     (``bytes``: the size in bytes), or {'error': why} from a pod whose backup failed; {} when no pod wrote either.
@@ -73,14 +83,23 @@ def sampledb_base_backup_report(messages: Any) -> dict[str, str]:
     for message in messages or []:
         fields = dict(kv.split("=", 1) for kv in str(message or "").split() if "=" in kv)
         if fields.get("id"):
-            return {_REPORTED[k]: v for k, v in fields.items() if k in _REPORTED and v}
+            report = {_REPORTED[k]: v for k, v in fields.items() if k in _REPORTED and v}
+            if fields.get("retention_error"):
+                report["retentionError"] = _decoded(fields["retention_error"]) or "barman-cloud-backup-delete failed"
+            return report
         if "error" in fields and not failure:
-            try:
-                why = base64.b64decode(fields["error"].encode(), validate=True).decode(errors="replace").strip()
-            except ValueError:
-                why = ""
-            failure = {"error": why or "the backup failed without a message"}
+            failure = {"error": _decoded(fields["error"]) or "the backup failed without a message"}
     return failure
+
+
+def sampledb_backups_pruned_by_store(records: Any, oldest_kept: str) -> list[dict]:
+    """The completed physical SampleDBBackups whose base backup is older than the oldest the store kept (barman's ids
+    are times, so they sort as text): the retention policy deleted them."""
+    if not oldest_kept:
+        return []
+    return [r for r in records or []
+            if (r.get("status") or {}).get("method") == PHYSICAL and (r.get("status") or {}).get("phase") == "Completed"
+            and (r.get("status") or {}).get("backupId", oldest_kept) < oldest_kept]
 
 
 class FilterModule:
@@ -89,4 +108,5 @@ class FilterModule:
             "sampledb_backup_method": sampledb_backup_method,
             "sampledb_backup_source": sampledb_backup_source,
             "sampledb_base_backup_report": sampledb_base_backup_report,
+            "sampledb_backups_pruned_by_store": sampledb_backups_pruned_by_store,
         }

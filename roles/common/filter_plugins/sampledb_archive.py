@@ -24,7 +24,7 @@ SECRET_KEY_FILE = "ACCESS_SECRET_KEY"
 
 
 def sampledb_objectstore(spec: Any, namespace: str, name: str, major: Any = "", standby_hold_mb: Any = 1024,
-                         call_seconds: Any = 30, keys_dir: str = KEYS_DIR) -> dict[str, Any]:
+                         call_seconds: Any = 30, keys_dir: str = KEYS_DIR, retention_policy: Any = "") -> dict[str, Any]:
     """spec.backup.objectStore as the servers use it ({} when unset): ``url`` (barman-cloud's: each major version's
     archive is the server ``pg<major>`` below it, which archive.sh names from its image's PG_MAJOR), ``location``
     (where this major's archive is, for people), the Secret and its two keys, and ``env``: objectstore.env, the
@@ -44,6 +44,8 @@ def sampledb_objectstore(spec: Any, namespace: str, name: str, major: Any = "", 
         "SAMPLEDB_S3_CALL_SECONDS": str(int(call_seconds)),
         "SAMPLEDB_STANDBY_HOLD_MB": str(int(standby_hold_mb)),
     }
+    if _recovery_window(retention_policy):
+        settings["SAMPLEDB_RETENTION_POLICY"] = _recovery_window(retention_policy)
     major = str(major).split(".")[0]
     return {
         "url": url,
@@ -55,6 +57,15 @@ def sampledb_objectstore(spec: Any, namespace: str, name: str, major: Any = "", 
         "keys_dir": keys_dir,
         "env": "".join(f"{k}={shlex.quote(v)}\n" for k, v in settings.items()),
     }
+
+
+def _recovery_window(policy: Any) -> str:
+    """spec.backup.retentionPolicy (7d, 4w, 3m) as barman's retention policy; '' when unset."""
+    text = str(policy or "")
+    units = {"d": "DAYS", "w": "WEEKS", "m": "MONTHS"}
+    if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit():
+        return ""
+    return f"RECOVERY WINDOW OF {int(text[:-1])} {units[text[-1]]}"
 
 
 def sampledb_recovery_source(restore_from: Any, namespace: str, major: Any = "", own: Any = None,

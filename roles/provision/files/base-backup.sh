@@ -51,5 +51,22 @@ print(" ".join(f"{k}={str(v).replace(chr(32), chr(84))}" for k, v in pairs.items
 # (barman-cloud records no size: the data directory's, as copied, before compression; pg_wal's segments are not copied)
 size=$(du -sb --exclude=pg_wal "$PGDATA" 2>/dev/null | cut -f1)
 [ -z "$size" ] || fields+=" size=$size"
+# spec.backup.retentionPolicy: the base backups (and the WAL only they need) that no recovery in the window needs go,
+# now that a newer one is there; then what the store holds: its oldest DONE backup, and when a recovery can reach
+# back to (that backup's end). A failure here leaves the backup done and says so.
+if [ -n "${SAMPLEDB_RETENTION_POLICY:-}" ]; then
+  pruned=$(timeout -k 5 $((limit * 10)) barman-cloud-backup-delete "${s3_args[@]}" \
+    --retention-policy "$SAMPLEDB_RETENTION_POLICY" "$SAMPLEDB_S3_URL" "$server" 2>&1) ||
+    fields+=" retention_error=$(printf '%s' "$(redacted "$pruned")" | base64 -w0)"
+fi
+listing=$(timeout -k 5 "$limit" barman-cloud-backup-list "${s3_args[@]}" --format json "$SAMPLEDB_S3_URL" "$server" 2>&1) &&
+  fields+=" $(printf '%s' "$listing" | "${BARMAN_PYTHON:-/opt/barman/bin/python}" -c '
+import json, sys
+done = sorted((b for b in json.load(sys.stdin).get("backups_list", []) if b.get("status") == "DONE"),
+              key=lambda b: b["backup_id"])
+if done:
+    print("oldest_kept=%s first_recoverability=%s" % (done[0]["backup_id"], str(done[0].get("end_time_iso") or "")
+                                                      .replace(" ", "T")))
+' 2>/dev/null)"
 echo "base-backup.sh: $fields" >&2
 printf '%s server=%s\n' "$fields" "${SOURCE_SERVER:-}" >"$report"
