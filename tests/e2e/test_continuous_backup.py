@@ -20,6 +20,7 @@ from tests.kube import Kube, wait_for
 from tests.operator import ROOT
 from tests.realnode import NODES_LANE, POSTGRES_IMAGE, freeze_postmaster, psql_in_server, simple_pod
 from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, get, wait_phase
+from tests.writes import Writer
 
 pytestmark = NODES_LANE
 
@@ -324,45 +325,76 @@ def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
 
 def test_a_database_recovered_from_anothers_archive_to_a_time_holds_exactly_the_rows_committed_before_it(
         nodes: Kube, nodes_namespace: str, nodes_cluster: LocalCluster, nodes_sampledb_operator) -> None:
-    """Point-in-time recovery into three servers: rows committed before a base backup, rows committed after it and
-    before the target time, rows committed after; a new SampleDB restored from the first one's archive to that time
-    holds the first two sets on every server and none of the third, runs on a new timeline, archives to its own
-    path (the source's archive gets none of its WAL), and takes writes."""
+    """Point-in-time recovery into three servers, the writer running throughout: a base backup, a time T, another
+    base backup; a new SampleDB restored from the first one's archive to T holds, on every server, every row
+    acknowledged before T and none sent after it, runs on a new timeline with its replicas streaming, archives to its
+    own path (the source's archive gets none of its WAL), and takes writes."""
     nodes_sampledb_operator()
     ns = nodes_namespace
     nodes.kubectl("-n", ns, "apply", "-f", str(SAMPLE))
     primary = wait_phase(nodes, ns, "ledger", timeout=420)["status"]["currentPrimary"]
     wait_condition(nodes, ns, "ledger", "ContinuousArchiving", "True")
-    psql_in_server(nodes, ns, primary, "create table rows (id int primary key, at timestamptz default clock_timestamp());"
-                                       " insert into rows (id) select generate_series(1, 1000)")
-    backup(nodes, ns, "base", database="ledger")
-    done = wait_for("the base backup", lambda: (
-        st := backup_status(nodes, ns, "base")).get("phase") in ("Completed", "Failed") and st, timeout=420, interval=3)
-    assert done["phase"] == "Completed", done
-    psql_in_server(nodes, ns, primary, "insert into rows (id) select generate_series(1001, 2000)")
-    target = psql_in_server(nodes, ns, primary, "select to_char(clock_timestamp() at time zone 'UTC', "
-                                                "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
-    time.sleep(1.5)
-    psql_in_server(nodes, ns, primary, "insert into rows (id) select generate_series(2001, 3000)")
+    writer = Writer(nodes, ns, "ledger", POSTGRES_IMAGE)
+
+    def base_backup(name: str) -> None:
+        backup(nodes, ns, name, database="ledger")
+        done = wait_for(f"base backup {name}", lambda: (
+            st := backup_status(nodes, ns, name)).get("phase") in ("Completed", "Failed") and st,
+                        timeout=420, interval=3)
+        assert done["phase"] == "Completed", done
+
+    base_backup("before")
+    writer.wait_for_more(50)
+    target = time.time()
+    writer.wait_for_more(50)
+    base_backup("after")
+    writer.wait_for_more(20)
+    writes = writer.stop()
     switch_and_archive(nodes, ns, primary)
+    # every attempt's time: a row is sent after the previous one's attempt ended
+    attempts = sorted({**writes.acked, **writes.failed}.items())
+    must = writes.acked_before(target)
+    must_not = {seq for (_, before), (seq, _) in itertools.pairwise(attempts) if before > target}
+    assert must and must_not, "the writer wrote on both sides of the target"
 
     source = next(d for d in yaml.safe_load_all(SAMPLE.read_text()) if d["kind"] == "SampleDB")
     store = source["spec"]["backup"]["objectStore"]
+    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(target)) + f".{int(target % 1 * 1e6):06d}Z"
     copy = {**source, "metadata": {"name": "ledger-pitr"},
             "spec": {**source["spec"], "restoreFrom": {
                 "objectStore": {"endpointURL": store["endpointURL"], "bucket": store["bucket"], "sourceName": "ledger",
                                 "credentials": store["credentials"]},
-                "targetTime": target}}}
+                "targetTime": when}}}
     nodes.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(copy))
-    restored = wait_phase(nodes, ns, "ledger-pitr", timeout=600)
-    new_primary = restored["status"]["currentPrimary"]
+    wait_phase(nodes, ns, "ledger-pitr", timeout=600)
+
+    def rolled_out() -> bool:
+        """Once recovered, the source's keys are unmounted: the servers are replaced once (a rollout), then Ready."""
+        sts = nodes.apps.read_namespaced_stateful_set("ledger-pitr", ns)
+        keys = any(v.name == "recovery-keys" for v in sts.spec.template.spec.volumes or [])
+        pods = nodes.core.list_namespaced_pod(
+            ns, label_selector="app.kubernetes.io/instance=ledger-pitr,statefulset.kubernetes.io/pod-name").items
+        revisions = {p.metadata.labels.get("controller-revision-hash") for p in pods}
+        return (not keys and revisions == {sts.status.update_revision}
+                and get(nodes, ns, "ledger-pitr")["status"].get("phase") == "Ready")
+
+    wait_for("the recovered servers to be replaced without the source's keys, and Ready", rolled_out, timeout=600,
+             interval=3)
+    new_primary = get(nodes, ns, "ledger-pitr")["status"]["currentPrimary"]
     for pod in ("ledger-pitr-0", "ledger-pitr-1", "ledger-pitr-2"):
-        got = wait_for(f"{pod} to hold the rows", lambda pod=pod: (psql_in_server(
-            nodes, ns, pod, "select count(*) || ' ' || max(id) from rows", check=False) or None), timeout=120)
-        assert got == "2000 2000", f"{pod}: {got} (count, max id); the target was {target}"
+        # (a server replaced last in the rollout may still be starting)
+        rows = wait_for(f"{pod} to answer with the rows", lambda pod=pod: psql_in_server(
+            nodes, ns, pod, "select string_agg(seq::text, ' ') from acked_writes", database="app", check=False),
+                        timeout=180, interval=3)
+        rows = {int(x) for x in rows.split()}
+        assert not must - rows, f"{pod} lacks rows acknowledged before {when}: {sorted(must - rows)[:20]}"
+        assert not must_not & rows, f"{pod} holds rows sent after {when}: {sorted(must_not & rows)[:20]}"
     timeline = int(psql_in_server(nodes, ns, new_primary, "select timeline_id from pg_control_checkpoint()"))
     assert timeline >= 2, timeline
-    psql_in_server(nodes, ns, new_primary, "insert into rows (id) values (5000)")
+    wait_for("both replicas to stream from the recovered primary", lambda: psql_in_server(
+        nodes, ns, new_primary, "select count(*) from pg_stat_replication where state = 'streaming'") == "2",
+             timeout=120)
+    psql_in_server(nodes, ns, new_primary, "insert into acked_writes (seq) values (1000000)", database="app")
     history = f"{timeline:08X}.history"
     wait_for(f"{history} in the new database's archive", lambda: any(
         name.startswith(history) for name in archived_files(nodes_cluster, ns, "ledger-pitr")), timeout=180, interval=3)
@@ -381,5 +413,6 @@ def test_a_database_recovered_from_anothers_archive_to_a_time_holds_exactly_the_
     said = wait_for("ledger-early's status to say why it does not start", lambda: (
         m := condition(nodes, ns, "ledger-early", "Degraded").get("message", "")) and "recovery from" in m and m,
         timeout=240, interval=5)
-    assert "s3://sampledb/" in said and "candidate backup" in said, said
+    assert "s3://sampledb/" in said and "no completed base backup ends before the target" in said, said
+    assert "the first recoverability point is 20" in said, said
     assert condition(nodes, ns, "ledger-early", "Ready").get("status") != "True"

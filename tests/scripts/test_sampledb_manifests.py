@@ -112,7 +112,10 @@ def test_the_server_pod(rendered) -> None:
     assert volumes["run"]["emptyDir"]["medium"] == "Memory" and volumes["shm"]["emptyDir"]["medium"] == "Memory"
     # a slow initdb or clone is not killed; only a server that does not answer at all is restarted
     startup, ready, alive = container["startupProbe"], container["readinessProbe"], container["livenessProbe"]
-    assert startup["exec"] == ready["exec"] and "-h 127.0.0.1" in ready["exec"]["command"][-1]
+    assert "-h 127.0.0.1" in ready["exec"]["command"][-1]
+    # (startup: as readiness, except while a recovery from an object store runs, on no TCP port)
+    assert startup["exec"]["command"][-1] == (
+        '[ -e "$PGHOST/sampledb-recovering" ] || ' + ready["exec"]["command"][-1].replace("'select 1'", '"select 1"'))
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 3600
     assert "pg_isready" in alive["exec"]["command"][-1]
     assert all(p["timeoutSeconds"] >= 3 for p in (startup, ready, alive))
@@ -241,3 +244,9 @@ def test_a_recovery_mounts_the_sources_keys_apart_and_says_where_and_to_when() -
                for c in spec["containers"] + spec.get("initContainers", [])}
     assert [c for c, mounts in mounted.items() if "recovery-keys" in mounts] == ["postgres"]
     assert mounted["postgres"]["recovery-keys"] != mounted["postgres"]["objectstore-keys"]
+    assert "choose-base-backup.py" in data
+    # once recovered, the source's keys and settings go (no superuser of the new database may read them)
+    variables["_sampledb_example_com_sampledb"]["status"] = {"initialized": True}
+    [out] = render((["configmap.yaml.j2", "statefulset.yaml.j2"], variables))
+    assert "recovery.env" not in out["configmap.yaml.j2"][0]["data"]
+    assert "recovery-keys" not in json.dumps(out["statefulset.yaml.j2"][0])

@@ -72,12 +72,19 @@ def test_the_retention_policy_report_goes_to_the_database_and_the_records_of_bac
     report = backup.sampledb_base_backup_report([said])
     assert (report["oldestKept"], report["firstRecoverabilityPoint"], report["retentionError"]) == (
         "20261127T003000", "2026-11-27T00:30:09+00:00", "no answer")
-    records = [{"metadata": {"name": n}, "status": {"method": m, "phase": p, **({"backupId": i} if i else {})}}
-               for n, m, p, i in [("old", "physical", "Completed", "20261126T003000"),
-                                  ("kept", "physical", "Completed", "20261127T003000"),
-                                  ("dump", "dump", "Completed", ""),
-                                  ("failed", "physical", "Failed", "20261125T003000"),
-                                  ("no-id", "physical", "Completed", "")]]
-    gone = backup.sampledb_backups_pruned_by_store(records, "20261127T003000")
+    here = "s3://sampledb/shop/orders/pg15/base/"
+    records = [{"metadata": {"name": n}, "status": {"method": m, "phase": p, "location": where + (i or ""),
+                                                    **({"backupId": i} if i else {})}}
+               for n, m, p, i, where in [
+                   ("old", "physical", "Completed", "20261126T003000", here),
+                   ("kept", "physical", "Completed", "20261127T003000", here),
+                   ("dump", "dump", "Completed", "", "pvc://orders-backups/orders/dump.sql.gz"),
+                   ("failed", "physical", "Failed", "20261125T003000", here),
+                   ("no-id", "physical", "Completed", "", here),
+                   # (another archive: the database's path changed, or its major version)
+                   ("other-path", "physical", "Completed", "20261101T003000", "s3://sampledb/team/orders/pg15/base/"),
+                   ("older-major", "physical", "Completed", "20261101T003000", "s3://sampledb/shop/orders/pg14/base/")]]
+    latest = here + "20261128T101500"
+    gone = backup.sampledb_backups_pruned_by_store(records, "20261127T003000", latest)
     assert [r["metadata"]["name"] for r in gone] == ["old"]
-    assert backup.sampledb_backups_pruned_by_store(records, "") == []
+    assert backup.sampledb_backups_pruned_by_store(records, "", latest) == []

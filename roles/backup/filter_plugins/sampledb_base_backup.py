@@ -92,14 +92,21 @@ def sampledb_base_backup_report(messages: Any) -> dict[str, str]:
     return failure
 
 
-def sampledb_backups_pruned_by_store(records: Any, oldest_kept: str) -> list[dict]:
-    """The completed physical SampleDBBackups whose base backup is older than the oldest the store kept (barman's ids
-    are times, so they sort as text): the retention policy deleted them."""
-    if not oldest_kept:
+def sampledb_backups_pruned_by_store(records: Any, oldest_kept: str, location: str) -> list[dict]:
+    """The completed physical SampleDBBackups in the same archive as ``location`` (a base backup's: <archive>/base/<id>;
+    another path, or another major's, is another archive) whose base backup is older than the oldest that archive kept
+    (barman's ids are times of one width, so they sort as text): the retention policy deleted them."""
+    archive = str(location or "").rsplit("/", 1)[0] + "/"
+    if not oldest_kept or not archive.endswith("/base/"):
         return []
-    return [r for r in records or []
-            if (r.get("status") or {}).get("method") == PHYSICAL and (r.get("status") or {}).get("phase") == "Completed"
-            and (r.get("status") or {}).get("backupId", oldest_kept) < oldest_kept]
+    out = []
+    for record in records or []:
+        status = record.get("status") or {}
+        if (status.get("method") == PHYSICAL and status.get("phase") == "Completed"
+                and str(status.get("location") or "").startswith(archive)
+                and status.get("backupId", oldest_kept) < oldest_kept):
+            out.append(record)
+    return out
 
 
 class FilterModule:

@@ -213,68 +213,84 @@ SQL
 }
 
 # Recovery from another database's archive (spec.restoreFrom.objectStore, recovery.env), on the operator's instruction
-# only: its base backup restored beside PGDATA, its WAL replayed up to the target and promoted on a new timeline by a
-# server that only this script reaches (a socket directory of its own, no TCP: so it may trust the socket), this
-# database's passwords set (the backup holds the source's), then renamed into place. The WAL it writes stays ready
-# for this database's own archiver. In a subshell: the source's keys never reach the server started afterwards. A
-# failure ends the container with its reason as the termination message (status shows it; the restart backs off).
+# only: a completed base backup restored beside PGDATA, the archived WAL replayed up to the target and promoted on a new
+# timeline by a server that only this script reaches (a socket directory of its own, no TCP: so it may trust the
+# socket), this database's passwords set (the backup holds the source's), then renamed into place. The WAL it writes
+# waits for this database's own archiver. In a subshell: the source's keys never reach the server started afterwards.
+# A failure ends the container with its reason as the termination message (status shows it; the restart backs off).
+RECOVERING="$RUN_DIR/sampledb-recovering"  # (the startup probe passes while it is there: a recovery takes its time)
 recover() (
   writable_volume
-  local new="$PGDATA.new" boot="$RUN_DIR/recovery" server restore why target=()
+  local new="$PGDATA.new" boot="$RUN_DIR/recovery" store_server backup_id why pid waited=0 opts=()
   recovery_failed() {
     why=$(redacted "${1:-${2:-}}")
     log "recovery failed: $why"
     printf 'recovery from %s failed: %s\n' "${SAMPLEDB_S3_URL:-the archive}" "$why" >/dev/termination-log 2>/dev/null || true
-    ! pg_ctl -D "$new" status >/dev/null 2>&1 || run pg_ctl -D "$new" -w -m immediate stop
+    [ -z "${pid:-}" ] || ! kill -0 "$pid" 2>/dev/null || pg_ctl -D "$new" -w -m immediate stop >/dev/null 2>&1
+    rm -f "$RECOVERING"
     exit 1
   }
   . "$CONF/objectstore.sh"
   objectstore_settings "$CONF/recovery.env" || recovery_failed "no recovery settings ($CONF/recovery.env): see the SampleDB's status"
   objectstore_keys || recovery_failed "the source archive's keys are not readable in $SAMPLEDB_S3_KEYS: see spec.restoreFrom.objectStore.credentials"
-  server=pg$(major)
-  [ -z "${SAMPLEDB_RECOVERY_TARGET_TIME:-}" ] || target=(--target-time "$SAMPLEDB_RECOVERY_TARGET_TIME")
-  [ -z "${SAMPLEDB_RECOVERY_TARGET_LSN:-}" ] || target=(--target-lsn "$SAMPLEDB_RECOVERY_TARGET_LSN")
+  : >"$RECOVERING"
+  store_server=pg$(major)
+  # (the base backup: a completed one only, the newest that ends before the time or position asked for)
+  why=$(timeout -k 5 "$limit" barman-cloud-backup-list "${s3_args[@]}" --format json "$SAMPLEDB_S3_URL" "$store_server" 2>&1) ||
+    recovery_failed "barman-cloud-backup-list: $why"
+  backup_id=$(printf '%s' "$why" | "${BARMAN_PYTHON:-/opt/barman/bin/python}" "$CONF/choose-base-backup.py" \
+    "${SAMPLEDB_RECOVERY_BACKUP_ID:-}" "${SAMPLEDB_RECOVERY_TARGET_TIME:-}" "${SAMPLEDB_RECOVERY_TARGET_LSN:-}" 2>&1) ||
+    recovery_failed "the base backup could not be chosen: $backup_id"
+  [[ $backup_id != error:* ]] || recovery_failed "${backup_id#error: }"
   rm -rf "$new" "$boot" "$PGDATA.recovery.log"
-  log "recovering from $SAMPLEDB_S3_URL/$server: base backup ${SAMPLEDB_RECOVERY_BACKUP_ID:-chosen by the target}"
-  why=$(barman-cloud-restore "${s3_args[@]}" "${target[@]}" "$SAMPLEDB_S3_URL" "$server" \
-    "${SAMPLEDB_RECOVERY_BACKUP_ID:-auto}" "$new" 2>&1) || recovery_failed "barman-cloud-restore: $why"
-  # (copied from a standby: it must end its recovery, not stream; nor take the source's own settings, nor its
-  # archive's marks: archive.sh's of the source's archive)
+  log "recovering from $SAMPLEDB_S3_URL/$store_server: base backup $backup_id"
+  why=$(barman-cloud-restore "${s3_args[@]}" "$SAMPLEDB_S3_URL" "$store_server" "$backup_id" "$new" 2>&1) ||
+    recovery_failed "barman-cloud-restore: $why"
+  [ -f "$new/backup_label" ] || recovery_failed "base backup $backup_id has no backup_label: not a backup a server can start from"
+  # (copied from a standby: it must end its recovery, not stream; the source's ALTER SYSTEM settings and its archive's
+  # marks are not this database's: its settings are its spec's)
   rm -f "$new/standby.signal" "$new/postmaster.pid" "$new/sampledb-archive-gap" "$new/sampledb-archive-checked"
-  sed -i '/^primary_conninfo\b/d; /^primary_slot_name\b/d' "$new/postgresql.auto.conf" 2>/dev/null || true
+  : >"$new/postgresql.auto.conf"
   : >"$new/recovery.signal"
   (umask 077 && mkdir -p "$boot") || recovery_failed "could not make $boot"
-  printf -v restore 'barman-cloud-wal-restore %s %q %q %%f %%p' "$(printf '%q ' "${s3_args[@]}")" "$SAMPLEDB_S3_URL" "$server"
+  # barman-cloud-wal-restore exits 1 for a file the archive does not have (the end of the archive, to PostgreSQL) and
+  # otherwise for an error: that must stop the recovery (above 125), not end it where the store failed to answer.
   {
-    printf "include '%s'\n" "$CONF/postgresql.conf"
-    printf "%s = '%s'\n" listen_addresses '' unix_socket_directories "$boot" hba_file "$boot/pg_hba.conf" \
-      synchronous_standby_names '' archive_command '' restore_command "${restore//\'/\'\'}" \
-      recovery_target_action promote cluster_name "$ME-recovery"
-    [ -z "${SAMPLEDB_RECOVERY_TARGET_TIME:-}" ] || printf "recovery_target_time = '%s'\n" "$SAMPLEDB_RECOVERY_TARGET_TIME"
-    [ -z "${SAMPLEDB_RECOVERY_TARGET_LSN:-}" ] || printf "recovery_target_lsn = '%s'\n" "$SAMPLEDB_RECOVERY_TARGET_LSN"
-    [ -z "${SAMPLEDB_RECOVERY_TARGET_XID:-}" ] || printf "recovery_target_xid = '%s'\n" "$SAMPLEDB_RECOVERY_TARGET_XID"
-    [ -z "${SAMPLEDB_RECOVERY_TARGET_NAME:-}" ] || printf "recovery_target_name = '%s'\n" "$SAMPLEDB_RECOVERY_TARGET_NAME"
-  } >"$boot/recovery.conf"
+    printf '#!/bin/bash\n'
+    printf 'barman-cloud-wal-restore'; printf ' %q' "${s3_args[@]}" "$SAMPLEDB_S3_URL" "$store_server"; printf ' "$1" "$2"\n'
+    printf 'rc=$?\n[ "$rc" -le 1 ] || rc=255\nexit "$rc"\n'
+  } >"$boot/restore.sh"
   printf 'local all all trust\n' >"$boot/pg_hba.conf"
-  run pg_ctl -D "$new" -W -l "$PGDATA.recovery.log" -o "-c config_file=$boot/recovery.conf" start ||
-    recovery_failed "the server did not start: $(tail -n 5 "$PGDATA.recovery.log" 2>/dev/null)"
+  opts=(-c "config_file=$CONF/postgresql.conf" -c "hba_file=$boot/pg_hba.conf" -c "listen_addresses="
+        -c "unix_socket_directories=$boot" -c "synchronous_standby_names=" -c "archive_command="
+        -c "restore_command=/bin/bash $boot/restore.sh %f %p" -c "recovery_target_action=promote"
+        -c "cluster_name=$ME-recovery")
+  # (with archive_mode always, every segment restored would wait for an archiver that does not run here, and fill the
+  # volume; on, only the new timeline's do)
+  ! grep -q '^archive_mode' "$CONF/postgresql.conf" || opts+=(-c "archive_mode=on")
+  [ -z "${SAMPLEDB_RECOVERY_TARGET_TIME:-}" ] || opts+=(-c "recovery_target_time=$SAMPLEDB_RECOVERY_TARGET_TIME")
+  [ -z "${SAMPLEDB_RECOVERY_TARGET_LSN:-}" ] || opts+=(-c "recovery_target_lsn=$SAMPLEDB_RECOVERY_TARGET_LSN")
+  [ -z "${SAMPLEDB_RECOVERY_TARGET_XID:-}" ] || opts+=(-c "recovery_target_xid=$SAMPLEDB_RECOVERY_TARGET_XID")
+  [ -z "${SAMPLEDB_RECOVERY_TARGET_NAME:-}" ] || opts+=(-c "recovery_target_name=$SAMPLEDB_RECOVERY_TARGET_NAME")
+  postgres -D "$new" "${opts[@]}" >>"$PGDATA.recovery.log" 2>&1 &
+  pid=$!
   # (replays for as long as the archive holds WAL up to the target; promoted there, or stopped when it cannot get there:
   # then its log's last FATAL or PANIC, other than the refusals of this loop's early connections, says why)
-  local waited=0 pid=""
   until [ "$(psql -X -w -A -t -q -h "$boot" -U "$POSTGRES_USER" -d postgres -c 'select pg_is_in_recovery()' 2>/dev/null)" = f ]; do
-    [ -n "$pid" ] || pid=$(head -n 1 "$new/postmaster.pid" 2>/dev/null)
-    if { [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; } || { [ -z "$pid" ] && [ "$waited" -ge 60 ]; }; then
+    if ! kill -0 "$pid" 2>/dev/null; then
       recovery_failed "$(grep -E ' (FATAL|PANIC): ' "$PGDATA.recovery.log" | grep -vE 'starting up|not yet accepting connections' |
         tail -n 1 | sed -E 's/^.* (FATAL|PANIC): +//')" "$(tail -n 3 "$PGDATA.recovery.log" 2>/dev/null)"
     fi
-    run sleep 1
+    sleep 1
     waited=$((waited + 1))
+    [ $((waited % 60)) -ne 0 ] || log "recovering: $(grep -E 'restored log file|redo ' "$PGDATA.recovery.log" | tail -n 1)"
   done
   log "recovered: $(psql -X -w -A -t -q -h "$boot" -U "$POSTGRES_USER" -d postgres -c "select 'timeline ' || timeline_id || ' at ' || pg_current_wal_lsn() from pg_control_checkpoint()")"
-  if ! run psql -X -w -q -v ON_ERROR_STOP=1 -h "$boot" -U "$POSTGRES_USER" -d postgres \
+  if ! psql -X -w -q -v ON_ERROR_STOP=1 -h "$boot" -U "$POSTGRES_USER" -d postgres \
       -v super="$POSTGRES_USER" -v user="$REPLICATION_USER" <<'SQL'
 SET log_statement = 'none';
 SET log_min_duration_statement = -1;
+SET password_encryption = 'scram-sha-256';
 \getenv super_pass POSTGRES_PASSWORD
 \getenv pass REPLICATION_PASSWORD
 SELECT format('ALTER ROLE %I WITH SUPERUSER LOGIN PASSWORD %L', :'super', :'super_pass') \gexec
@@ -285,10 +301,11 @@ SQL
   then
     recovery_failed "this database's passwords could not be set (the superuser $POSTGRES_USER must exist in the source)"
   fi
-  run pg_ctl -D "$new" -w -m fast stop || recovery_failed "the recovered server did not stop"
+  pg_ctl -D "$new" -w -m fast stop >/dev/null || recovery_failed "the recovered server did not stop"
   rm -rf "$boot" "$PGDATA.recovery.log" "$new/recovery.signal"
   if [ -e "$PGDATA" ]; then keep_aside incomplete "there is no PG_VERSION in it" || exit 1; fi
   mv "$new" "$PGDATA"
+  rm -f "$RECOVERING"
 )
 
 # A new replica: a copy of the primary, built beside PGDATA and renamed when complete (an interrupted clone is never
@@ -371,7 +388,7 @@ prepare() {
   if [ ! -s "$PGDATA/PG_VERSION" ]; then
     if [ "$r" = primary ]; then
       if [ "$(annotation bootstrap)" = recovery ] && [ -z "$(annotation upgrade-from)" ]; then
-        recover || exit 1
+        run recover || exit 1
       elif [ "$(annotation bootstrap)" = initdb ] || [ -n "$(annotation upgrade-from)" ]; then
         initialise
       else
