@@ -19,8 +19,8 @@ LISTING = {"backups_list": [
     {"backup_id": "20261128T060000", "status": "STARTED"}]}
 
 
-def choose(backup_id: str = "", when: str = "", lsn: str = "", listing: dict = LISTING) -> str:
-    done = subprocess.run([sys.executable, str(SCRIPT), backup_id, when, lsn], input=json.dumps(listing),
+def choose(backup_id: str = "", when: str = "", lsn: str = "", listing: dict = LISTING, noise: str = "") -> str:
+    done = subprocess.run([sys.executable, str(SCRIPT), backup_id, when, lsn], input=noise + json.dumps(listing),
                           capture_output=True, text=True, timeout=30, check=True)
     return done.stdout.strip()
 
@@ -52,3 +52,11 @@ def test_a_target_before_every_backup_names_the_first_recoverability_point() -> 
         "error: no completed base backup ends before the target; the first recoverability point is "
         "2026-11-26T00:30:09+00:00")
     assert choose(listing={"backups_list": []}) == "error: there is no completed base backup in this archive"
+
+
+def test_barmans_warnings_beside_the_listing_are_left_out() -> None:
+    noise = "2026-11-28 06:00:00,000 [42] WARNING: Unable to open backup.info file for 20261127T003000\n"
+    assert choose(listing=LISTING, noise=noise) == "20261128T003000"
+    done = subprocess.run([sys.executable, str(SCRIPT), "", "", ""], input=noise, capture_output=True, text=True,
+                          timeout=30, check=True)
+    assert done.stdout.strip() == "error: barman-cloud-backup-list printed no listing"

@@ -1,4 +1,4 @@
-"""choose-base-backup.py BACKUP_ID TARGET_TIME TARGET_LSN < barman-cloud-backup-list --format json
+"""choose-base-backup.py BACKUP_ID TARGET_TIME TARGET_LSN < barman-cloud-backup-list --format json 2>&1
 
 The base backup a recovery (entrypoint.sh's recover) starts from, printed: a completed one only (barman's own choice
 also takes failed ones), BACKUP_ID when given and completed, else the newest that ends at or before TARGET_TIME or
@@ -42,4 +42,6 @@ def choose(listing: dict, backup_id: str, when: str, lsn: str) -> str:
 
 if __name__ == "__main__":
     args = [*sys.argv[1:], "", "", ""][:3]
-    print(choose(json.load(sys.stdin), *args))
+    # (barman's warnings come on the same stream: the listing is its one JSON line)
+    lines = [line for line in sys.stdin.read().splitlines() if line.startswith("{")]
+    print(choose(json.loads(lines[-1]), *args) if lines else "error: barman-cloud-backup-list printed no listing")

@@ -73,6 +73,7 @@ nap() { read -r -t "$1" -u "$NAP_FD" _ || (($? > 128)) || sleep "$1"; }  # (a re
 # it starts again in the same container, past the startup probe).
 STARTING="$RUN_DIR/sampledb-starting"
 : >"$STARTING" 2>/dev/null || true
+rm -f "$RUN_DIR/sampledb-recovering"  # (a recovery ended by a signal leaves it: one starts again below, if asked)
 major() { postgres --version | sed -E 's/^[^0-9]*([0-9]+).*$/\1/'; }
 volume=$(dirname "$PGDATA")
 history() { printf '%s %s %s\n' "$(date +%s.%N)" "$ME" "$1" >>"$volume/sampledb-history.log" 2>/dev/null || true; }
@@ -200,6 +201,7 @@ initialise() {
 \getenv pass REPLICATION_PASSWORD
 SET log_statement = 'none';
 SET log_min_duration_statement = -1;
+SET log_min_error_statement = panic;
 SELECT format('CREATE ROLE %I WITH REPLICATION LOGIN PASSWORD %L', :'user', :'pass') \gexec
 SQL
   then
@@ -290,6 +292,7 @@ recover() (
       -v super="$POSTGRES_USER" -v user="$REPLICATION_USER" <<'SQL'
 SET log_statement = 'none';
 SET log_min_duration_statement = -1;
+SET log_min_error_statement = panic;
 SET password_encryption = 'scram-sha-256';
 \getenv super_pass POSTGRES_PASSWORD
 \getenv pass REPLICATION_PASSWORD

@@ -12,6 +12,7 @@ vars=(-v user="$APP_USER" -v db="$APP_DATABASE")
 psql -X -w -v ON_ERROR_STOP=1 -d postgres "${vars[@]}" <<'SQL'
 SET log_statement = 'none';
 SET log_min_duration_statement = -1;
+SET log_min_error_statement = panic;
 \getenv pass APP_PASSWORD
 SELECT format('CREATE ROLE %I LOGIN', :'user')
   WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'user') \gexec
