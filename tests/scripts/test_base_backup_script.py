@@ -18,11 +18,13 @@ from tests.scripts.manifests import ROLES
 
 FILES = ROLES / "provision" / "files"
 SECRET = "s3cr3t-value-never-shown"
-SHOW = {"pg15": {"backup_id": "20261128T060000", "backup_name": "nightly.6a1f-uid", "status": "DONE",
+BACKUP = {"pg15": {"backup_id": "20261128T060000", "backup_name": "nightly.6a1f-uid", "status": "DONE",
                  "begin_xlog": "0/5000028", "end_xlog": "0/5000138", "begin_wal": "000000010000000000000005",
                  "end_wal": "000000010000000000000005", "timeline": 1, "size": 31616512,
                  "begin_time_iso": "2026-11-28T06:00:00+00:00", "end_time_iso": "2026-11-28T06:00:09+00:00"}}
 
+# barman-cloud-backup-list's answer: the store holds this backup alone
+LISTED = {"backups_list": [BACKUP["pg15"]]}
 
 @pytest.fixture
 def box(tmp_path: Path) -> Path:
@@ -36,8 +38,7 @@ def box(tmp_path: Path) -> Path:
         f"SAMPLEDB_S3_COMPRESSION=gzip\nSAMPLEDB_S3_KEYS={tmp_path / 'keys'}\nSAMPLEDB_S3_CALL_SECONDS=10\n")
     (tmp_path / "keys" / "ACCESS_KEY_ID").write_text("key-id-1")
     (tmp_path / "keys" / "ACCESS_SECRET_KEY").write_text(SECRET)
-    for name in ("barman-cloud-backup", "barman-cloud-backup-show", "barman-cloud-backup-delete",
-                 "barman-cloud-backup-list"):
+    for name in ("barman-cloud-backup", "barman-cloud-backup-delete", "barman-cloud-backup-list"):
         var = name.upper().replace("-", "_")
         (tmp_path / "bin" / name).write_text(
             "#!/bin/bash\n"
@@ -53,7 +54,7 @@ def run(box: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], str, l
             "POD_UID": "6a1f-uid",
             "PGHOST": "db-1.db-headless", "PGPORT": "5432", "PGUSER": "postgres", "SOURCE_SERVER": "db-1",
             "TERMINATION_LOG": str(box / "termination-log"), "FAKE_CALLS": str(box / "calls"),
-            "BARMAN_PYTHON": sys.executable, "FAKE_BARMAN_CLOUD_BACKUP_SHOW_OUT": json.dumps(SHOW)}
+            "BARMAN_PYTHON": sys.executable, "FAKE_BARMAN_CLOUD_BACKUP_LIST_OUT": json.dumps(LISTED)}
     done = subprocess.run(["bash", str(box / "etc" / "base-backup.sh")], env={**base, **env}, capture_output=True,
                           text=True, timeout=30)
     log = box / "termination-log"
@@ -70,13 +71,13 @@ def test_it_backs_up_the_mounted_servers_data_under_a_name_of_its_own_and_report
         "barman-cloud-backup --endpoint-url http://store:7070 --addressing-style path --gzip --immediate-checkpoint "
         "--name nightly.6a1f-uid --host db-1.db-headless --port 5432 --user postgres --dbname postgres s3://b/ns/db pg15 "
         "env=key-id-1/set",
-        "barman-cloud-backup-show --endpoint-url http://store:7070 --addressing-style path --format json "
-        "s3://b/ns/db pg15 nightly.6a1f-uid env=key-id-1/set",
-        # (no retention policy: nothing deleted; what the store holds is read for the database's status)
+        # (no retention policy: nothing deleted; what the store holds is read once, this backup's fields with it)
         "barman-cloud-backup-list --endpoint-url http://store:7070 --addressing-style path --format json "
         "s3://b/ns/db pg15 env=key-id-1/set"]
     fields = dict(kv.split("=", 1) for kv in report.split())
     assert 0 < int(fields.pop("size")) < 1 << 20  # the data directory's, pg_wal's segments left out as barman does
+    assert (fields.pop("oldest_kept"), fields.pop("first_recoverability")) == (
+        "20261128T060000", "2026-11-28T06:00:09+00:00")
     assert fields == {"id": "20261128T060000", "name": "nightly.6a1f-uid", "begin_lsn": "0/5000028", "end_lsn": "0/5000138",
                       "begin_wal": "000000010000000000000005", "end_wal": "000000010000000000000005",
                       "timeline": "1", "begin_time": "2026-11-28T06:00:00+00:00",
@@ -95,8 +96,8 @@ def test_a_failure_is_reported_with_the_keys_replaced(box: Path) -> None:
 
 
 def test_a_backup_barman_does_not_call_done_fails(box: Path) -> None:
-    failed = {"pg15": {**SHOW["pg15"], "status": "FAILED"}}
-    done, report, _ = run(box, FAKE_BARMAN_CLOUD_BACKUP_SHOW_OUT=json.dumps(failed))
+    failed = {"backups_list": [{**BACKUP["pg15"], "status": "FAILED"}]}
+    done, report, _ = run(box, FAKE_BARMAN_CLOUD_BACKUP_LIST_OUT=json.dumps(failed))
     assert done.returncode == 1 and report.startswith("error=")
     assert "not done" in base64.b64decode(report.strip().removeprefix("error=")).decode()
 
@@ -128,10 +129,10 @@ def test_a_retention_policy_is_applied_after_the_backup_and_what_the_store_kept_
     listing = {"backups_list": [
         {"backup_id": "20261120T003000", "status": "FAILED"},
         {"backup_id": "20261121T003000", "status": "DONE", "end_time_iso": "2026-11-21T00:30:09+00:00"},
-        {"backup_id": "20261128T060000", "status": "DONE", "end_time_iso": "2026-11-28T06:00:09+00:00"}]}
+        BACKUP["pg15"]]}
     done, report, calls = run(box, FAKE_BARMAN_CLOUD_BACKUP_LIST_OUT=json.dumps(listing))
     assert done.returncode == 0, done.stderr
-    assert calls[2] == ("barman-cloud-backup-delete --endpoint-url http://store:7070 --addressing-style path "
+    assert calls[1] == ("barman-cloud-backup-delete --endpoint-url http://store:7070 --addressing-style path "
                         "--retention-policy RECOVERY WINDOW OF 7 DAYS s3://b/ns/db pg15 env=key-id-1/set")
     fields = dict(kv.split("=", 1) for kv in report.split())
     assert (fields["oldest_kept"], fields["first_recoverability"]) == ("20261121T003000", "2026-11-21T00:30:09+00:00")

@@ -36,37 +36,34 @@ fi
 log=$(barman-cloud-backup "${s3_args[@]}" "${compress[@]}" --immediate-checkpoint --name "$name" \
   --host "$PGHOST" --port "${PGPORT:-5432}" --user "${PGUSER:-postgres}" --dbname postgres \
   "$SAMPLEDB_S3_URL" "$server" 2>&1) || fail "$log"
-show=$(timeout -k 5 "$limit" barman-cloud-backup-show "${s3_args[@]}" --format json "$SAMPLEDB_S3_URL" "$server" \
-  "$name" 2>&1) || fail "$show"
-# (barman's own Python: the JSON's fields as key=value pairs, each value one word)
-fields=$(printf '%s' "$show" | "${BARMAN_PYTHON:-/opt/barman/bin/python}" -c '
-import json, sys
-info = next(iter(json.load(sys.stdin).values()))
+# spec.backup.retentionPolicy: the base backups (and the WAL only they need) that no recovery in the window needs go,
+# now that a newer one is there. A failure here leaves the backup done and says so.
+retention=""
+if [ -n "${SAMPLEDB_RETENTION_POLICY:-}" ]; then
+  pruned=$(timeout -k 5 $((limit * 10)) barman-cloud-backup-delete "${s3_args[@]}" \
+    --retention-policy "$SAMPLEDB_RETENTION_POLICY" "$SAMPLEDB_S3_URL" "$server" 2>&1) ||
+    retention=" retention_error=$(printf '%s' "$(redacted "$pruned")" | base64 -w0)"
+fi
+# What the store holds, read once (each read is every backup.info): this backup's fields as key=value pairs, each
+# value one word, and the oldest DONE backup, when a recovery can reach back to (its end). In barman's own Python.
+listing=$(timeout -k 5 "$limit" barman-cloud-backup-list "${s3_args[@]}" --format json "$SAMPLEDB_S3_URL" "$server" \
+  2>/dev/null) || fail "barman-cloud-backup-list could not read $SAMPLEDB_S3_URL/$server"
+fields=$(printf '%s' "$listing" | NAME=$name "${BARMAN_PYTHON:-/opt/barman/bin/python}" -c '
+import json, os, sys
+backups = json.load(sys.stdin).get("backups_list", [])
+info = next((b for b in backups if b.get("backup_name") == os.environ["NAME"]), {})
 pairs = {"id": info.get("backup_id"), "name": info.get("backup_name"), "begin_lsn": info.get("begin_xlog"), "end_lsn": info.get("end_xlog"),
          "begin_wal": info.get("begin_wal"), "end_wal": info.get("end_wal"), "timeline": info.get("timeline"),
          "begin_time": info.get("begin_time_iso"), "end_time": info.get("end_time_iso"), "status": info.get("status")}
+done = sorted((b for b in backups if b.get("status") == "DONE"), key=lambda b: b["backup_id"])
+if done:
+    pairs.update(oldest_kept=done[0]["backup_id"], first_recoverability=done[0].get("end_time_iso"))
 print(" ".join(f"{k}={str(v).replace(chr(32), chr(84))}" for k, v in pairs.items() if v not in (None, "")))
-') || fail "barman-cloud-backup-show said: $show"
+') || fail "barman-cloud-backup-list said: $listing"
 [[ " $fields " == *" status=DONE "* ]] || fail "the backup $name is not done: $fields"
 # (barman-cloud records no size: the data directory's, as copied, before compression; pg_wal's segments are not copied)
 size=$(du -sb --exclude=pg_wal "$PGDATA" 2>/dev/null | cut -f1)
 [ -z "$size" ] || fields+=" size=$size"
-# spec.backup.retentionPolicy: the base backups (and the WAL only they need) that no recovery in the window needs go,
-# now that a newer one is there; then what the store holds: its oldest DONE backup, and when a recovery can reach
-# back to (that backup's end). A failure here leaves the backup done and says so.
-if [ -n "${SAMPLEDB_RETENTION_POLICY:-}" ]; then
-  pruned=$(timeout -k 5 $((limit * 10)) barman-cloud-backup-delete "${s3_args[@]}" \
-    --retention-policy "$SAMPLEDB_RETENTION_POLICY" "$SAMPLEDB_S3_URL" "$server" 2>&1) ||
-    fields+=" retention_error=$(printf '%s' "$(redacted "$pruned")" | base64 -w0)"
-fi
-listing=$(timeout -k 5 "$limit" barman-cloud-backup-list "${s3_args[@]}" --format json "$SAMPLEDB_S3_URL" "$server" 2>&1) &&
-  fields+=" $(printf '%s' "$listing" | "${BARMAN_PYTHON:-/opt/barman/bin/python}" -c '
-import json, sys
-done = sorted((b for b in json.load(sys.stdin).get("backups_list", []) if b.get("status") == "DONE"),
-              key=lambda b: b["backup_id"])
-if done:
-    print("oldest_kept=%s first_recoverability=%s" % (done[0]["backup_id"], str(done[0].get("end_time_iso") or "")
-                                                      .replace(" ", "T")))
-' 2>/dev/null)"
+fields+=$retention
 echo "base-backup.sh: $fields" >&2
 printf '%s server=%s\n' "$fields" "${SOURCE_SERVER:-}" >"$report"
