@@ -245,8 +245,12 @@ def test_a_recovery_mounts_the_sources_keys_apart_and_says_where_and_to_when() -
     assert [c for c, mounts in mounted.items() if "recovery-keys" in mounts] == ["postgres"]
     assert mounted["postgres"]["recovery-keys"] != mounted["postgres"]["objectstore-keys"]
     assert "choose-base-backup.py" in data
-    # once recovered, the source's keys and settings go (no superuser of the new database may read them)
-    variables["_sampledb_example_com_sampledb"]["status"] = {"initialized": True}
+    # once recovered and every server serves, the source's keys and settings go (no superuser of the new database may
+    # read them); not while a replica still clones (taking them out replaces the servers)
+    variables["_sampledb_example_com_sampledb"]["status"] = {"initialized": True, "readyReplicas": 2}
+    [out] = render((["statefulset.yaml.j2"], variables))
+    assert "recovery-keys" in json.dumps(out["statefulset.yaml.j2"][0])
+    variables["_sampledb_example_com_sampledb"]["status"] = {"initialized": True, "readyReplicas": 3}
     [out] = render((["configmap.yaml.j2", "statefulset.yaml.j2"], variables))
     assert "recovery.env" not in out["configmap.yaml.j2"][0]["data"]
     assert "recovery-keys" not in json.dumps(out["statefulset.yaml.j2"][0])

@@ -256,17 +256,19 @@ recover() (
   : >"$new/recovery.signal"
   (umask 077 && mkdir -p "$boot") || recovery_failed "could not make $boot"
   # barman-cloud-wal-restore exits 1 for a file the archive does not have (the end of the archive, to PostgreSQL) and
-  # otherwise for an error: that must stop the recovery (above 125), not end it where the store failed to answer.
+  # otherwise for an error: tried again a few times (a store that blinks), then it must stop the recovery (above 125),
+  # not end it where the store failed to answer.
   {
-    printf '#!/bin/bash\n'
-    printf 'barman-cloud-wal-restore'; printf ' %q' "${s3_args[@]}" "$SAMPLEDB_S3_URL" "$store_server"; printf ' "$1" "$2"\n'
-    printf 'rc=$?\n[ "$rc" -le 1 ] || rc=255\nexit "$rc"\n'
+    printf '#!/bin/bash\nfor try in 1 2 3 4; do\n  '
+    printf 'timeout -k 5 %s barman-cloud-wal-restore' "$((limit * 4))"
+    printf ' %q' "${s3_args[@]}" "$SAMPLEDB_S3_URL" "$store_server"; printf ' "$1" "$2"\n'
+    printf '  rc=$?\n  [ "$rc" -gt 1 ] || exit "$rc"\n  sleep $((try * 5))\ndone\nexit 255\n'
   } >"$boot/restore.sh"
   printf 'local all all trust\n' >"$boot/pg_hba.conf"
   opts=(-c "config_file=$CONF/postgresql.conf" -c "hba_file=$boot/pg_hba.conf" -c "listen_addresses="
         -c "unix_socket_directories=$boot" -c "synchronous_standby_names=" -c "archive_command="
         -c "restore_command=/bin/bash $boot/restore.sh %f %p" -c "recovery_target_action=promote"
-        -c "cluster_name=$ME-recovery")
+        -c "cluster_name=$ME-recovery" -c "hot_standby=off")
   # (with archive_mode always, every segment restored would wait for an archiver that does not run here, and fill the
   # volume; on, only the new timeline's do)
   ! grep -q '^archive_mode' "$CONF/postgresql.conf" || opts+=(-c "archive_mode=on")
@@ -278,10 +280,18 @@ recover() (
   pid=$!
   # (replays for as long as the archive holds WAL up to the target; promoted there, or stopped when it cannot get there:
   # then its log's last FATAL or PANIC, other than the refusals of this loop's early connections, says why)
-  until [ "$(psql -X -w -A -t -q -h "$boot" -U "$POSTGRES_USER" -d postgres -c 'select pg_is_in_recovery()' 2>/dev/null)" = f ]; do
+  # (hot_standby off: no connection before the promotion, and no pause for a setting the source had higher; once the
+  # server says it is ready, a superuser that cannot connect within a minute is a recovery that cannot finish)
+  local answer ready_for=0
+  until answer=$(psql -X -w -A -t -q -h "$boot" -U "$POSTGRES_USER" -d postgres -c 'select pg_is_in_recovery()' 2>&1) &&
+      [ "$answer" = f ]; do
     if ! kill -0 "$pid" 2>/dev/null; then
-      recovery_failed "$(grep -E ' (FATAL|PANIC): ' "$PGDATA.recovery.log" | grep -vE 'starting up|not yet accepting connections' |
+      recovery_failed "$(grep -E ' (FATAL|PANIC): ' "$PGDATA.recovery.log" | grep -vE 'starting up|accepting connections' |
         tail -n 1 | sed -E 's/^.* (FATAL|PANIC): +//')" "$(tail -n 3 "$PGDATA.recovery.log" 2>/dev/null)"
+    fi
+    if grep -q 'database system is ready to accept connections' "$PGDATA.recovery.log" 2>/dev/null; then
+      ready_for=$((ready_for + 1))
+      [ "$ready_for" -lt 60 ] || recovery_failed "the recovered server does not let $POSTGRES_USER in: $answer"
     fi
     sleep 1
     waited=$((waited + 1))
