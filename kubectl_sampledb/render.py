@@ -87,6 +87,9 @@ def _summary(s: DatabaseStatus, paint: Paint) -> list[str]:
             ("Services", _services(s, paint))]
     if s.archive:
         rows.append(("Archive", _archive(s, paint)))
+    if s.recoverable:
+        first, last = s.recoverable
+        rows.append(("Recoverable", f"from {first}" + (f" to {last}" if last else "")))
     width = max(len(k) for k, _ in rows) + 2
     return [f"  {(k + ':').ljust(width)}{v}" for k, v in rows]
 

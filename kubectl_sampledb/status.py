@@ -146,6 +146,8 @@ class DatabaseStatus:
     notes: list[str]
     observed_at: str
     archive: dict[str, Any] | None = None  # status.archive: continuous archiving, as the primary last reported it
+    # status.firstRecoverabilityPoint and lastRecoverabilityPoint: the times a recovery from the object store can reach
+    recoverable: tuple[str, str] | None = None
 
 
 def gather(cluster: Cluster, name: str, backups: int = 5, events: int = 5, now: datetime | None = None,
@@ -178,7 +180,9 @@ def gather(cluster: Cluster, name: str, backups: int = 5, events: int = 5, now: 
         servers=servers, services=services,
         backups=_backups(records, backups, now), backups_total=len(records),
         operator=_operator(st, meta, now), events=_events(recent, events, now),
-        notes=notes, observed_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"), archive=st.get("archive") or None)
+        notes=notes, observed_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"), archive=st.get("archive") or None,
+        recoverable=(st["firstRecoverabilityPoint"], st.get("lastRecoverabilityPoint") or "")
+        if st.get("firstRecoverabilityPoint") else None)
 
 
 def _optional(notes: list[str], read: Callable[[], T]) -> T | None:

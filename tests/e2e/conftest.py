@@ -178,8 +178,16 @@ def operators_as_deployed(kube: Kube, namespace: str, kubeconfig: Path, tmp_path
             print(f"\n--- SampleDB {db['metadata']['name']} status ---\n{yaml.safe_dump(db.get('status') or {})}")
         try:
             print_restarted_containers(kube, namespace)
+            # (a change of primary, a probe that failed, a rollout: what kubectl get events would show)
+            events = sorted(kube.core.list_namespaced_event(namespace).items,
+                            key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp)
+            print("\n--- the namespace's last Events ---")
+            for e in events[-60:]:
+                when = e.last_timestamp or e.event_time or e.metadata.creation_timestamp
+                print(f"{when:%H:%M:%S} {e.type} {e.reason} {e.involved_object.kind}/{e.involved_object.name}: "
+                      f"{(e.message or '').strip()[:300]}")
         except Exception as exc:  # (what is shown on failure must not keep the namespace from going)
-            print(f"(the restarted containers could not be read: {exc})")
+            print(f"(the restarted containers or the Events could not be read: {exc})")
     if ops:
         let_namespace_go(kube, namespace)
     stop_all(ops, request)

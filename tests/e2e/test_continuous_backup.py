@@ -317,6 +317,12 @@ def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
     # (the sample's retentionPolicy, 7d, keeps both: a recovery can reach back to the end of the first)
     recoverable = get(nodes, ns, "ledger")["status"].get("firstRecoverabilityPoint", "")
     assert recoverable[:19] == done["endTime"][:19], (recoverable, done)
+    # and how far forward: the newest segment archived, after the newest base backup's end
+    poke(nodes, ns, "ledger")
+    until = wait_for("status.lastRecoverabilityPoint", lambda: (
+        st := get(nodes, ns, "ledger")["status"]).get("lastRecoverabilityPoint", "") >= again["endTime"][:19] and st,
+        timeout=180, interval=3)
+    assert until["lastRecoverabilityPoint"] == until["archive"]["lastArchivedAt"], until
     listed = run_pod(nodes, ns, "list-backups", (
         f"barman-cloud-backup-list --endpoint-url {ENDPOINT} --addressing-style path --format json "
         f"s3://sampledb/{ns}/ledger pg15"), "objectstore-keys")
@@ -332,12 +338,12 @@ def test_a_database_recovered_from_anothers_archive_to_a_time_holds_exactly_the_
     nodes_sampledb_operator()
     ns = nodes_namespace
     nodes.kubectl("-n", ns, "apply", "-f", str(SAMPLE))
-    primary = wait_phase(nodes, ns, "ledger", timeout=420)["status"]["currentPrimary"]
+    wait_phase(nodes, ns, "ledger", timeout=420)
     wait_condition(nodes, ns, "ledger", "ContinuousArchiving", "True")
     writer = Writer(nodes, ns, "ledger", POSTGRES_IMAGE)
 
-    def base_backup(name: str) -> None:
-        backup(nodes, ns, name, database="ledger")
+    def base_backup(name: str, database: str = "ledger") -> None:
+        backup(nodes, ns, name, database=database)
         done = wait_for(f"base backup {name}", lambda: (
             st := backup_status(nodes, ns, name)).get("phase") in ("Completed", "Failed") and st,
                         timeout=420, interval=3)
@@ -350,7 +356,7 @@ def test_a_database_recovered_from_anothers_archive_to_a_time_holds_exactly_the_
     base_backup("after")
     writer.wait_for_more(20)
     writes = writer.stop()
-    switch_and_archive(nodes, ns, primary)
+    switch_and_archive(nodes, ns, get(nodes, ns, "ledger")["status"]["currentPrimary"])
     # every attempt's time: a row is sent after the previous one's attempt ended
     attempts = sorted({**writes.acked, **writes.failed}.items())
     must = writes.acked_before(target)
@@ -416,3 +422,56 @@ def test_a_database_recovered_from_anothers_archive_to_a_time_holds_exactly_the_
     assert "s3://sampledb/" in said and "no completed base backup ends before the target" in said, said
     assert "the first recoverability point is 20" in said, said
     assert condition(nodes, ns, "ledger-early", "Ready").get("status") != "True"
+
+    # Deleted (deletionPolicy Snapshot) while a writer writes: the final backup goes to the object store, physical,
+    # from the fenced primary; a database recovered from that archive with no target holds every row ever
+    # acknowledged, the final backup's base backup its newest.
+    tried = max({**writes.acked, **writes.failed})
+    last_writer = Writer(nodes, ns, "ledger", POSTGRES_IMAGE, name="writer-last", start=tried + 1000)
+    last_writer.wait_for_more(30)
+    final = f"ledger-final-{get(nodes, ns, 'ledger')['metadata']['uid'][:8]}"
+    nodes.kubectl("-n", ns, "delete", "sampledb", "ledger", "--wait=false")
+    wait_for("ledger to be deleted after its final backup", lambda: nodes.kubectl(
+        "-n", ns, "get", "sampledb", "ledger", check=False).returncode != 0, timeout=600, interval=3)
+    last_writes = last_writer.stop()
+    kept = backup_status(nodes, ns, final)
+    assert (kept.get("phase"), kept.get("method")) == ("Completed", "physical"), kept
+    assert kept["location"].endswith(f"/{ns}/ledger/pg15/base/{kept['backupId']}"), kept
+    again = {**copy, "metadata": {"name": "ledger-again"}, "spec": {**copy["spec"], "replicas": 1, "restoreFrom": {
+        "objectStore": copy["spec"]["restoreFrom"]["objectStore"]}}}
+    nodes.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(again))
+    wait_phase(nodes, ns, "ledger-again", timeout=600)
+    rows = {int(x) for x in psql_in_server(nodes, ns, "ledger-again-0", "select string_agg(seq::text, ' ') from "
+                                           "acked_writes", database="app").split()}
+    acked = set(writes.acked) | set(last_writes.acked)
+    assert len(last_writes.acked) >= 30 and not acked - rows, \
+        f"rows acknowledged before the deletion missing after the final backup: {sorted(acked - rows)[:20]}"
+
+    # Storage lost: ledger-pitr (three servers, archiving to its own path) deleted with its volumes and no final backup
+    # (deletionPolicy Delete) while a writer writes. Restored from its archive with no target, the acknowledged rows
+    # missing are the newest ones only, within the archive timeout (60 s by default) and the archiving of the last
+    # segment: the recovery point, measured.
+    base_backup("pitr-base", database="ledger-pitr")
+    lost_writer = Writer(nodes, ns, "ledger-pitr", POSTGRES_IMAGE, name="writer-lost", start=2_000_000)
+    lost_writer.wait_for_more(100)
+    nodes.kubectl("-n", ns, "patch", "sdb", "ledger-pitr", "--type=merge", "-p", '{"spec":{"deletionPolicy":"Delete"}}')
+    nodes.kubectl("-n", ns, "delete", "sdb", "ledger-pitr", "--wait=false")
+    wait_for("ledger-pitr and its volumes to be deleted", lambda: not nodes.core.list_namespaced_persistent_volume_claim(
+        ns, label_selector="app.kubernetes.io/instance=ledger-pitr").items and nodes.kubectl(
+        "-n", ns, "get", "sdb", "ledger-pitr", check=False).returncode != 0, timeout=300, interval=3)
+    lost = lost_writer.stop()
+    restored = {**again, "metadata": {"name": "ledger-lost"}, "spec": {**again["spec"], "restoreFrom": {
+        "objectStore": {**again["spec"]["restoreFrom"]["objectStore"], "sourceName": "ledger-pitr"}}}}
+    nodes.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(restored))
+    wait_phase(nodes, ns, "ledger-lost", timeout=600)
+    rows = {int(x) for x in psql_in_server(nodes, ns, "ledger-lost-0", "select string_agg(seq::text, ' ') from "
+                                           "acked_writes where seq >= 2000000", database="app").split()}
+    kept = {seq: at for seq, at in lost.acked.items() if seq in rows}
+    missing = {seq: at for seq, at in lost.acked.items() if seq not in rows}
+    assert kept, "nothing the writer wrote to ledger-pitr came back"
+    assert all(at > max(kept.values()) for at in missing.values()), \
+        f"a hole: rows missing before the newest one restored: {sorted(s for s in missing if s < max(kept))[:20]}"
+    lost_seconds = max(lost.acked.values()) - max(kept.values())
+    print(f"storage loss with archiveTimeout 60 s: {len(missing)} of {len(lost.acked)} acknowledged rows lost, "
+          f"the last {lost_seconds:.1f} s of writes")
+    assert lost_seconds <= 60 + 30, (lost_seconds, len(missing))

@@ -208,6 +208,7 @@ def test_a_physical_backup_copies_its_servers_volume_read_only_with_the_keys_and
         assert env["PGDATA"] == "/var/lib/postgresql/data/pgdata"
         assert env["PGPASSWORD"] == {"secretKeyRef": {"name": "db-credentials", "key": "superuser-password"}}
         assert env["BACKUP_NAME"] == "db-nightly"  # (JOB_FACTS names it; a scheduled one takes its Job's name)
+        assert "REQUIRE_FENCE" not in env  # (only a final backup waits for the primary's fence)
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "data-db-2", "readOnly": True}
         assert volumes["objectstore-keys"]["secret"]["secretName"] == "keys"
@@ -220,6 +221,11 @@ def test_a_physical_backup_copies_its_servers_volume_read_only_with_the_keys_and
         [term] = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert term == {"labelSelector": {"matchLabels": {"statefulset.kubernetes.io/pod-name": "db-2"}},
                         "topologyKey": "kubernetes.io/hostname"}
+    # the final backup (deletionPolicy Snapshot): from the primary, once it has fenced its clients
+    [out] = render((["job.yaml.j2"], {**variables, "backup_fence": "final-backup", "backup_source": "db-0"}))
+    [container] = pod_spec(out["job.yaml.j2"][0])["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["REQUIRE_FENCE"] == "final-backup" and env["PGHOST"] == "db-0.db-headless"
 
 
 def test_a_recovery_mounts_the_sources_keys_apart_and_says_where_and_to_when() -> None:
@@ -245,12 +251,15 @@ def test_a_recovery_mounts_the_sources_keys_apart_and_says_where_and_to_when() -
     assert [c for c, mounts in mounted.items() if "recovery-keys" in mounts] == ["postgres"]
     assert mounted["postgres"]["recovery-keys"] != mounted["postgres"]["objectstore-keys"]
     assert "choose-base-backup.py" in data
-    # once recovered and every server serves, the source's keys and settings go (no superuser of the new database may
-    # read them); not while a replica still clones (taking them out replaces the servers)
-    variables["_sampledb_example_com_sampledb"]["status"] = {"initialized": True, "readyReplicas": 2}
+    # once recovered and every server has served, the source's keys and settings go (no superuser of the new database
+    # may read them); not while a replica still clones (taking them out replaces the servers), and not back when that
+    # replacement makes a server unready
+    variables["_sampledb_example_com_sampledb"]["status"] = {"initialized": True, "readyReplicas": 2,
+                                                              "phase": "Provisioning"}
     [out] = render((["statefulset.yaml.j2"], variables))
     assert "recovery-keys" in json.dumps(out["statefulset.yaml.j2"][0])
-    variables["_sampledb_example_com_sampledb"]["status"] = {"initialized": True, "readyReplicas": 3}
-    [out] = render((["configmap.yaml.j2", "statefulset.yaml.j2"], variables))
-    assert "recovery.env" not in out["configmap.yaml.j2"][0]["data"]
-    assert "recovery-keys" not in json.dumps(out["statefulset.yaml.j2"][0])
+    for phase in ("Ready", "Degraded"):
+        variables["_sampledb_example_com_sampledb"]["status"] = {"initialized": True, "readyReplicas": 2, "phase": phase}
+        [out] = render((["configmap.yaml.j2", "statefulset.yaml.j2"], variables))
+        assert "recovery.env" not in out["configmap.yaml.j2"][0]["data"]
+        assert "recovery-keys" not in json.dumps(out["statefulset.yaml.j2"][0])

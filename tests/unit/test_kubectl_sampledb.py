@@ -818,3 +818,9 @@ def test_status_shows_continuous_archiving_when_an_object_store_is_set(world: Wo
     assert line.split("Archive:", 1)[1].strip() == (
         "s3://sampledb/shop/inventory: 000000020000000000000005 archived 30s ago, 2 waiting (oldest 7m); "
         "last error: Could not connect to the endpoint URL; retrying")
+    assert "Recoverable:" not in summary  # (no base backup yet)
+    world.custom.add(SAMPLEDBS, sampledb(firstRecoverabilityPoint="2026-11-24T06:00:09+00:00",
+                                         lastRecoverabilityPoint="2026-11-24T11:59:30Z"))
+    summary = run(world, "status", "inventory")[1].split("\n\n")[0]
+    line = next(x for x in summary.splitlines() if x.strip().startswith("Recoverable:"))
+    assert line.split("Recoverable:", 1)[1].strip() == "from 2026-11-24T06:00:09+00:00 to 2026-11-24T11:59:30Z"

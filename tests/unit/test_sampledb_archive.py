@@ -111,6 +111,17 @@ def test_status_has_continuous_archiving_only_while_an_object_store_is_set() -> 
     assert conditions(status.sampledb_status(found(archive=unread)))["ContinuousArchiving"] == ("Unknown", "NotRead")
 
 
+def test_the_last_recoverability_point_is_the_newest_segment_archived_once_a_base_backup_ends_before_it() -> None:
+    healthy = archive.sampledb_archive_report(report(), "s3://sampledb/ns/db", "db-0")
+    assert "lastRecoverabilityPoint" not in status.sampledb_status(found(archive=healthy))["status"]
+    backed_up = {"phase": "Ready", "firstRecoverabilityPoint": "1970-01-01T00:10:00.5+00:00"}
+    result = status.sampledb_status(found(archive=healthy, status=backed_up))
+    assert result["status"]["lastRecoverabilityPoint"] == healthy["lastArchivedAt"] == "1970-01-01T00:16:30Z"
+    # (a segment archived before the only base backup ended is no point to recover to)
+    later = {**backed_up, "firstRecoverabilityPoint": "1970-01-01T00:20:00+00:00"}
+    assert "lastRecoverabilityPoint" not in status.sampledb_status(found(archive=healthy, status=later))["status"]
+
+
 def test_a_failing_archive_is_an_event_once_and_its_recovery_another() -> None:
     failing = archive.sampledb_archive_report(report(error_at=995, error=b64("AccessDenied")), "s3://b/ns/db")
     first = status.sampledb_status(found(archive=failing))

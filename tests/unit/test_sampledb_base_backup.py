@@ -42,6 +42,8 @@ def test_the_backup_copies_the_first_ready_replica_else_the_primary() -> None:
     # (a pod not labelled yet is no replica)
     assert backup.sampledb_backup_source([pod("db-0", "primary"), pod("db-1", role="")], "db-0") == "db-0"
     assert backup.sampledb_backup_source([], "") == ""
+    # a final backup: the fenced primary, whose last write a replica may not have replayed yet
+    assert backup.sampledb_backup_source(pods, "db-0", from_replica=False) == "db-0"
 
 
 def test_the_jobs_report_becomes_the_backups_status() -> None:

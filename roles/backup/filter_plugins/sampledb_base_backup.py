@@ -52,9 +52,11 @@ def _ready(pod: dict) -> bool:
                for c in ((pod.get("status") or {}).get("conditions") or []))
 
 
-def sampledb_backup_source(pods: Any, primary: str, role_label: str = "sampledb.example.com/role") -> str:
+def sampledb_backup_source(pods: Any, primary: str, role_label: str = "sampledb.example.com/role",
+                           from_replica: bool = True) -> str:
     """The server a physical backup is taken from: a Ready replica (the lowest ordinal; it spares the primary the
-    copy), else the primary; '' when there is neither."""
+    copy), else the primary; '' when there is neither. ``from_replica`` false: the primary (a final backup, taken with
+    the primary fenced, must end after its last write: a replica may not have replayed it yet)."""
     def ordinal(pod: dict) -> int:
         name = pod["metadata"]["name"]
         tail = name.rsplit("-", 1)[-1]
@@ -63,7 +65,7 @@ def sampledb_backup_source(pods: Any, primary: str, role_label: str = "sampledb.
                 if p["metadata"]["name"] != primary and _ready(p)
                 and ((p["metadata"].get("labels") or {}).get(role_label)) == "replica"
                 and not p["metadata"].get("deletionTimestamp")]
-    if replicas:
+    if replicas and from_replica:
         return replicas[0]["metadata"]["name"]
     return primary or ""
 

@@ -11,6 +11,7 @@ set -uo pipefail
 : "${PGDATA:?}" "${BACKUP_NAME:?}" "${POD_UID:?}"
 name=$BACKUP_NAME.$POD_UID
 . "$(dirname "${BASH_SOURCE[0]}")/objectstore.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 report=${TERMINATION_LOG:-/dev/termination-log}
 fail() {
   local message
@@ -33,6 +34,9 @@ if [ -n "${RUN_DIR:-}" ]; then
     || fail "could not lay out the server's configuration files in $RUN_DIR"
 fi
 
+# (a final backup, REQUIRE_FENCE: taken from the primary once its clients are kept out, so that its end, and the WAL
+# archived up to it, come after every write it acknowledged)
+wait_for_fence >&2 || fail "the server $PGHOST did not fence its clients ($REQUIRE_FENCE) within ${PG_WAIT_SECONDS:-300}s"
 log=$(barman-cloud-backup "${s3_args[@]}" "${compress[@]}" --immediate-checkpoint --name "$name" \
   --host "$PGHOST" --port "${PGPORT:-5432}" --user "${PGUSER:-postgres}" --dbname postgres \
   "$SAMPLEDB_S3_URL" "$server" 2>&1) || fail "$log"

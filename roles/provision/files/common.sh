@@ -14,7 +14,7 @@ wait_for_server() {
   done
 }
 
-# A dump that must see no client's write after it began (a major upgrade's, the final backup) waits until the
+# A backup that must see no client's write after it began (a major upgrade's dump, the final backup) waits until the
 # primary says it is fenced (REQUIRE_FENCE: the sampledb.fence setting entrypoint.sh gives it once every other client
 # is out and kept out), for at most PG_WAIT_SECONDS.
 wait_for_fence() {

@@ -151,6 +151,17 @@ def _archive_state(f: dict[str, Any]) -> tuple[str, str, str]:
             _text(archive.get("message")))
 
 
+def _last_recoverability_point(first: Any, archived_at: Any) -> str:
+    """status.lastRecoverabilityPoint: when the newest WAL segment reached the archive (a recovery with no target
+    replays up to there), once a base backup ends before it (firstRecoverabilityPoint); '' while there is none."""
+    try:
+        if first and archived_at and datetime.fromisoformat(str(archived_at)) >= datetime.fromisoformat(str(first)):
+            return str(archived_at)
+    except ValueError:
+        pass
+    return ""
+
+
 def _archive_conditions(f: dict[str, Any]) -> list[dict[str, str]]:
     """ContinuousArchiving while spec.backup.objectStore is set; once unset, False with reason NotConfigured if it was
     ever reported."""
@@ -251,6 +262,8 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
     if f["archive"] and not archive:  # not read in this run: what was last read stands
         archive = dict(status.get("archive") or {})
     report["archive"] = archive or None
+    if until := _last_recoverability_point(status.get("firstRecoverabilityPoint"), archive.get("lastArchivedAt")):
+        report["lastRecoverabilityPoint"] = until
     identity = found.get("identity") or {}
     if isinstance(identity, dict) and (identity.get("systemIdentifier") or identity.get("error")) and \
             identity.get("checkedAt"):
