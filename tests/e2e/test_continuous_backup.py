@@ -430,9 +430,9 @@ def test_a_database_recovered_from_anothers_archive_to_a_time_holds_exactly_the_
     last_writer = Writer(nodes, ns, "ledger", POSTGRES_IMAGE, name="writer-last", start=tried + 1000)
     last_writer.wait_for_more(30)
     final = f"ledger-final-{get(nodes, ns, 'ledger')['metadata']['uid'][:8]}"
-    nodes.kubectl("-n", ns, "delete", "sampledb", "ledger", "--wait=false")
+    nodes.kubectl("-n", ns, "delete", "sdb", "ledger", "--wait=false")
     wait_for("ledger to be deleted after its final backup", lambda: nodes.kubectl(
-        "-n", ns, "get", "sampledb", "ledger", check=False).returncode != 0, timeout=600, interval=3)
+        "-n", ns, "get", "sdb", "ledger", check=False).returncode != 0, timeout=600, interval=3)
     last_writes = last_writer.stop()
     kept = backup_status(nodes, ns, final)
     assert (kept.get("phase"), kept.get("method")) == ("Completed", "physical"), kept

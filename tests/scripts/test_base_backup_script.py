@@ -31,7 +31,7 @@ def box(tmp_path: Path) -> Path:
     for d in ("bin", "etc", "keys", "data"):
         (tmp_path / d).mkdir()
     (tmp_path / "data" / "PG_VERSION").write_text("15\n")
-    for name in ("base-backup.sh", "objectstore.sh"):
+    for name in ("base-backup.sh", "objectstore.sh", "common.sh"):
         shutil.copy(FILES / name, tmp_path / "etc" / name)
     (tmp_path / "etc" / "objectstore.env").write_text(
         "SAMPLEDB_S3_ENDPOINT=http://store:7070\nSAMPLEDB_S3_URL=s3://b/ns/db\nSAMPLEDB_S3_REGION=us-east-1\n"
@@ -144,3 +144,19 @@ def test_a_retention_policy_is_applied_after_the_backup_and_what_the_store_kept_
     assert failing.returncode == 0, failing.stderr  # (the backup itself is done)
     said = base64.b64decode(dict(kv.split("=", 1) for kv in report.split())["retention_error"]).decode()
     assert said == "ERROR: denied <secret access key>"
+
+
+def test_a_final_backup_begins_only_once_the_primary_has_fenced_its_clients(box: Path) -> None:
+    """REQUIRE_FENCE (deletionPolicy Snapshot's final backup): barman is called only after the server says it is
+    fenced (its sampledb.fence setting); a server that never says so within PG_WAIT_SECONDS fails the backup, naming
+    it, and nothing was copied."""
+    (box / "bin" / "psql").write_text('#!/bin/bash\necho "psql $*" >>"$FAKE_CALLS"\nprintf "%s\\n" "${FAKE_FENCE:-}"\n')
+    (box / "bin" / "psql").chmod(0o755)
+    done, _, calls = run(box, REQUIRE_FENCE="final-backup", FAKE_FENCE="final-backup")
+    assert done.returncode == 0, done.stderr
+    assert calls[0].startswith("psql ") and "sampledb.fence" in calls[0] and calls[1].startswith("barman-cloud-backup ")
+    (box / "calls").unlink()
+    done, report, calls = run(box, REQUIRE_FENCE="final-backup", PG_WAIT_SECONDS="1")
+    assert done.returncode == 1 and not any(c.startswith("barman-cloud-backup ") for c in calls)
+    said = base64.b64decode(report.strip().removeprefix("error=")).decode()
+    assert said == "the server db-1.db-headless did not fence its clients (final-backup) within 1s"
