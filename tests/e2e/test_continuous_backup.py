@@ -19,7 +19,7 @@ from localcluster.node import OBJECTSTORE_SECRET_KEY
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT
 from tests.realnode import NODES_LANE, POSTGRES_IMAGE, freeze_postmaster, psql_in_server, simple_pod
-from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, get, wait_phase
+from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, events, get, wait_phase
 from tests.writes import Writer
 
 pytestmark = NODES_LANE
@@ -288,6 +288,12 @@ def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
     primary = db["status"]["currentPrimary"]
     switch_and_archive(nodes, ns, primary)
     wait_condition(nodes, ns, "ledger", "ContinuousArchiving", "True")
+    # Restore drills every minute: the first ones find no base backup to restore, and say so
+    nodes.kubectl("-n", ns, "patch", "sdb", "ledger", "--type=merge", "-p",
+                  json.dumps({"spec": {"backup": {"verify": {"schedule": "* * * * *"}}}}))
+    failed = wait_condition(nodes, ns, "ledger", "RecoveryVerified", "False", timeout=240)
+    assert failed["reason"] == "DrillFailed" and "no completed base backup" in failed["message"], failed
+    assert events(nodes, ns, "RecoveryVerificationFailed"), "no Event says that the drill failed"
 
     def take() -> dict:
         backup(nodes, ns, "first", database="ledger")
@@ -323,6 +329,19 @@ def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
         st := get(nodes, ns, "ledger")["status"]).get("lastRecoverabilityPoint", "") >= again["endTime"][:19] and st,
         timeout=180, interval=3)
     assert until["lastRecoverabilityPoint"] == until["archive"]["lastArchivedAt"], until
+    # and a drill restores the newest base backup with the WAL archived after it (rows written since) in a scratch
+    # volume: recorded in status
+    written = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
+    switch_and_archive(nodes, ns, get(nodes, ns, "ledger")["status"]["currentPrimary"])
+
+    def verified() -> dict | None:
+        poke(nodes, ns, "ledger")
+        last = (get(nodes, ns, "ledger")["status"].get("lastVerifiedRecovery") or {})
+        return last if last.get("backupId") == again["backupId"] and last.get("recoveredTo", "") >= written else None
+    last = wait_for("a restore drill of the newest base backup and the WAL after it to pass", verified, timeout=240,
+                    interval=5)
+    assert re.fullmatch(r"20[0-9-]{8}T[0-9:]{8}Z", last["recoveredTo"]) and int(last["databases"]) >= 3, last
+    assert condition(nodes, ns, "ledger", "RecoveryVerified")["status"] == "True"
     listed = run_pod(nodes, ns, "list-backups", (
         f"barman-cloud-backup-list --endpoint-url {ENDPOINT} --addressing-style path --format json "
         f"s3://sampledb/{ns}/ledger pg15"), "objectstore-keys")

@@ -189,6 +189,12 @@ def _prove_alerts(prom: Prometheus, ns: str, name: str, tmp_path: Path) -> None:
                                        "1x20")],
                                      {"namespace": ready["namespace"], "name": ready["name"]}, "7m", "15m"),
         "SampleDBArchiveLagging": ([(archive_lag, "0 400x8 0x5")], but(archive_lag, *aggregated), "7m", "12m"),
+        # a drill failed, the next passed; a database whose drills were switched off is not alerted on
+        "SampleDBRecoveryVerificationFailed": ([(but(ready, type="RecoveryVerified", status="False",
+                                                     reason="DrillFailed"), "_ 1x4 stale"),
+                                                (but(ready, type="RecoveryVerified", status="False",
+                                                     reason="NotConfigured"), "1x20")],
+                                               {"namespace": ready["namespace"], "name": ready["name"]}, "3m", "10m"),
         # the operator's first failover: the series appears
         "SampleDBFailover": ([(changes, "_x20 1x40")], but(changes, *aggregated), "22m", "40m"),
         "PlaybookOperatorRunsFailing": ([(failing, "1x8 stale")], but(failing, *aggregated), "7m", "15m"),

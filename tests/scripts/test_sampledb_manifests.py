@@ -228,6 +228,35 @@ def test_a_physical_backup_copies_its_servers_volume_read_only_with_the_keys_and
     assert env["REQUIRE_FENCE"] == "final-backup" and env["PGHOST"] == "db-0.db-headless"
 
 
+def test_a_restore_drill_recovers_the_archive_into_scratch_with_the_keys_and_no_password() -> None:
+    """spec.backup.verify: a CronJob whose Jobs run verify.sh (with replay.sh, as a recovery does) on the postgres
+    image, once each (a failure is reported, not retried), the store's keys read-only, an emptyDir of the data
+    volume's size to restore into, and no password of the database (its server is reachable on its socket only)."""
+    store = {"endpointURL": "http://versitygw.objectstore.svc:7070", "bucket": "sampledb",
+             "credentials": {"secretName": "keys"}}
+    verify = {"schedule": "0 4 * * 0", "suspend": False}
+    variables = {**sampledb_vars("db", replicas=3, storage={"size": "5Gi"}, backup={
+        "schedule": "30 0 * * *", "retention": 7, "suspend": False, "storageSize": "2Gi", "objectStore": store,
+        "verify": verify}), **JOB_FACTS, "backup_objectstore": "{{ sdb_objectstore }}", "verify_spec": verify}
+    [out] = render((["configmap.yaml.j2", "verify-cronjob.yaml.j2"], variables))
+    assert {"verify.sh", "replay.sh", "choose-base-backup.py", "objectstore.sh"} <= set(out["configmap.yaml.j2"][0]["data"])
+    [cron] = out["verify-cronjob.yaml.j2"]
+    assert cron["metadata"]["name"] == "db-verify" and cron["spec"]["schedule"] == "0 4 * * 0"
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid" and cron["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 0
+    spec = pod_spec(cron)
+    [container] = spec["containers"]
+    assert container["image"] == "docker.io/library/postgres:15.18"
+    assert container["command"] == ["/bin/bash", "/etc/sampledb/verify.sh"]
+    assert "PASSWORD" not in json.dumps(container["env"]) and "secretKeyRef" not in json.dumps(container["env"])
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["scratch"] == {"name": "scratch", "emptyDir": {"sizeLimit": "5Gi"}}
+    assert volumes["objectstore-keys"]["secret"]["secretName"] == "keys"
+    assert set(volumes) == {"scratch", "objectstore-keys", "config"}
+    assert {m["name"]: m.get("readOnly", False) for m in container["volumeMounts"]} == {
+        "scratch": False, "objectstore-keys": True, "config": False}
+    assert spec["automountServiceAccountToken"] is False and spec["securityContext"]["runAsUser"] == 999
+
+
 def test_a_recovery_mounts_the_sources_keys_apart_and_says_where_and_to_when() -> None:
     """spec.restoreFrom.objectStore: recovery.env (the source's archive, its target) and objectstore.sh in the
     ConfigMap, the source's Secret mounted in the server container alone, apart from the database's own keys."""

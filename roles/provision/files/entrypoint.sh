@@ -223,80 +223,21 @@ SQL
 RECOVERING="$RUN_DIR/sampledb-recovering"  # (the startup probe passes while it is there: a recovery takes its time)
 recover() (
   writable_volume
-  local new="$PGDATA.new" boot="$RUN_DIR/recovery" store_server backup_id why pid waited=0 opts=()
+  local new="$PGDATA.new" boot="$RUN_DIR/recovery" why
   recovery_failed() {
     why=$(redacted "${1:-${2:-}}")
     log "recovery failed: $why"
     printf 'recovery from %s failed: %s\n' "${SAMPLEDB_S3_URL:-the archive}" "$why" >/dev/termination-log 2>/dev/null || true
-    [ -z "${pid:-}" ] || ! kill -0 "$pid" 2>/dev/null || pg_ctl -D "$new" -w -m immediate stop >/dev/null 2>&1
+    [ -z "$replay_pid" ] || ! kill -0 "$replay_pid" 2>/dev/null || pg_ctl -D "$new" -w -m immediate stop >/dev/null 2>&1
     rm -f "$RECOVERING"
     exit 1
   }
   . "$CONF/objectstore.sh"
+  . "$CONF/replay.sh"
   objectstore_settings "$CONF/recovery.env" || recovery_failed "no recovery settings ($CONF/recovery.env): see the SampleDB's status"
   objectstore_keys || recovery_failed "the source archive's keys are not readable in $SAMPLEDB_S3_KEYS: see spec.restoreFrom.objectStore.credentials"
   : >"$RECOVERING"
-  store_server=pg$(major)
-  # (the base backup: a completed one only, the newest that ends before the time or position asked for)
-  why=$(timeout -k 5 "$limit" barman-cloud-backup-list "${s3_args[@]}" --format json "$SAMPLEDB_S3_URL" "$store_server" 2>&1) ||
-    recovery_failed "barman-cloud-backup-list: $why"
-  backup_id=$(printf '%s' "$why" | "${BARMAN_PYTHON:-/opt/barman/bin/python}" "$CONF/choose-base-backup.py" \
-    "${SAMPLEDB_RECOVERY_BACKUP_ID:-}" "${SAMPLEDB_RECOVERY_TARGET_TIME:-}" "${SAMPLEDB_RECOVERY_TARGET_LSN:-}" 2>&1) ||
-    recovery_failed "the base backup could not be chosen: $backup_id"
-  [[ $backup_id != error:* ]] || recovery_failed "${backup_id#error: }"
-  rm -rf "$new" "$boot" "$PGDATA.recovery.log"
-  log "recovering from $SAMPLEDB_S3_URL/$store_server: base backup $backup_id"
-  why=$(barman-cloud-restore "${s3_args[@]}" "$SAMPLEDB_S3_URL" "$store_server" "$backup_id" "$new" 2>&1) ||
-    recovery_failed "barman-cloud-restore: $why"
-  [ -f "$new/backup_label" ] || recovery_failed "base backup $backup_id has no backup_label: not a backup a server can start from"
-  # (copied from a standby: it must end its recovery, not stream; the source's ALTER SYSTEM settings and its archive's
-  # marks are not this database's: its settings are its spec's)
-  rm -f "$new/standby.signal" "$new/postmaster.pid" "$new/sampledb-archive-gap" "$new/sampledb-archive-checked"
-  : >"$new/postgresql.auto.conf"
-  : >"$new/recovery.signal"
-  (umask 077 && mkdir -p "$boot") || recovery_failed "could not make $boot"
-  # barman-cloud-wal-restore exits 1 for a file the archive does not have (the end of the archive, to PostgreSQL) and
-  # otherwise for an error: tried again a few times (a store that blinks), then it must stop the recovery (above 125),
-  # not end it where the store failed to answer.
-  {
-    printf '#!/bin/bash\nfor try in 1 2 3 4; do\n  '
-    printf 'timeout -k 5 %s barman-cloud-wal-restore' "$((limit * 4))"
-    printf ' %q' "${s3_args[@]}" "$SAMPLEDB_S3_URL" "$store_server"; printf ' "$1" "$2"\n'
-    printf '  rc=$?\n  [ "$rc" -gt 1 ] || exit "$rc"\n  sleep $((try * 5))\ndone\nexit 255\n'
-  } >"$boot/restore.sh"
-  printf 'local all all trust\n' >"$boot/pg_hba.conf"
-  opts=(-c "config_file=$CONF/postgresql.conf" -c "hba_file=$boot/pg_hba.conf" -c "listen_addresses="
-        -c "unix_socket_directories=$boot" -c "synchronous_standby_names=" -c "archive_command="
-        -c "restore_command=/bin/bash $boot/restore.sh %f %p" -c "recovery_target_action=promote"
-        -c "cluster_name=$ME-recovery" -c "hot_standby=off")
-  # (with archive_mode always, every segment restored would wait for an archiver that does not run here, and fill the
-  # volume; on, only the new timeline's do)
-  ! grep -q '^archive_mode' "$CONF/postgresql.conf" || opts+=(-c "archive_mode=on")
-  [ -z "${SAMPLEDB_RECOVERY_TARGET_TIME:-}" ] || opts+=(-c "recovery_target_time=$SAMPLEDB_RECOVERY_TARGET_TIME")
-  [ -z "${SAMPLEDB_RECOVERY_TARGET_LSN:-}" ] || opts+=(-c "recovery_target_lsn=$SAMPLEDB_RECOVERY_TARGET_LSN")
-  [ -z "${SAMPLEDB_RECOVERY_TARGET_XID:-}" ] || opts+=(-c "recovery_target_xid=$SAMPLEDB_RECOVERY_TARGET_XID")
-  [ -z "${SAMPLEDB_RECOVERY_TARGET_NAME:-}" ] || opts+=(-c "recovery_target_name=$SAMPLEDB_RECOVERY_TARGET_NAME")
-  postgres -D "$new" "${opts[@]}" >>"$PGDATA.recovery.log" 2>&1 &
-  pid=$!
-  # (replays for as long as the archive holds WAL up to the target; promoted there, or stopped when it cannot get there:
-  # then its log's last FATAL or PANIC, other than the refusals of this loop's early connections, says why)
-  # (hot_standby off: no connection before the promotion, and no pause for a setting the source had higher; once the
-  # server says it is ready, a superuser that cannot connect within a minute is a recovery that cannot finish)
-  local answer ready_for=0
-  until answer=$(psql -X -w -A -t -q -h "$boot" -U "$POSTGRES_USER" -d postgres -c 'select pg_is_in_recovery()' 2>&1) &&
-      [ "$answer" = f ]; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      recovery_failed "$(grep -E ' (FATAL|PANIC): ' "$PGDATA.recovery.log" | grep -vE 'starting up|accepting connections' |
-        tail -n 1 | sed -E 's/^.* (FATAL|PANIC): +//')" "$(tail -n 3 "$PGDATA.recovery.log" 2>/dev/null)"
-    fi
-    if grep -q 'database system is ready to accept connections' "$PGDATA.recovery.log" 2>/dev/null; then
-      ready_for=$((ready_for + 1))
-      [ "$ready_for" -lt 60 ] || recovery_failed "the recovered server does not let $POSTGRES_USER in: $answer"
-    fi
-    sleep 1
-    waited=$((waited + 1))
-    [ $((waited % 60)) -ne 0 ] || log "recovering: $(grep -E 'restored log file|redo ' "$PGDATA.recovery.log" | tail -n 1)"
-  done
+  replay_archive "$new" "$boot" "$PGDATA.recovery.log" "$ME-recovery"
   log "recovered: $(psql -X -w -A -t -q -h "$boot" -U "$POSTGRES_USER" -d postgres -c "select 'timeline ' || timeline_id || ' at ' || pg_current_wal_lsn() from pg_control_checkpoint()")"
   if ! psql -X -w -q -v ON_ERROR_STOP=1 -h "$boot" -U "$POSTGRES_USER" -d postgres \
       -v super="$POSTGRES_USER" -v user="$REPLICATION_USER" <<'SQL'

@@ -1,7 +1,8 @@
 #!/bin/bash
-# Sourced by archive.sh and base-backup.sh: spec.backup.objectStore as barman-cloud takes it. objectstore.env (beside
-# this file, in /etc/sampledb) holds the settings; the keys are the Secret's files, read into barman's environment
-# only: never on a command line, never in a message (redacted replaces them).
+# Sourced by archive.sh, base-backup.sh, verify.sh and entrypoint.sh's recovery: spec.backup.objectStore as
+# barman-cloud takes it. objectstore.env (beside this file, in /etc/sampledb) holds the settings; the keys are the
+# Secret's files, read into barman's environment only: never on a command line, never in a message (redacted replaces
+# them).
 #   objectstore_settings [FILE]  reads objectstore.env, or FILE (recovery.env: another database's archive); 1 when
 #                          it is not there
 #   objectstore_keys       exports the keys and the region, and sets s3_args, compress and limit (1 when a key file

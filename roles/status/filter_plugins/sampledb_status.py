@@ -18,6 +18,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 CHANGING = ("Provisioning", "Upgrading", "FailingOver", "SwitchingOver")
 UNREADY_SINCE = "sampledb.example.com/primary-unready-since"
 ARCHIVING = "ContinuousArchiving"
+VERIFIED = "RecoveryVerified"
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -135,6 +136,7 @@ def _conditions(f: dict[str, Any], phase: str, failure: str, primary: str, prima
         {"type": "Degraded", "status": str(degraded_reason != "AllServersHealthy"), "reason": degraded_reason,
          "message": degraded_message},
         *_archive_conditions(f),
+        *_verify_conditions(f),
     ]
 
 
@@ -173,6 +175,44 @@ def _archive_conditions(f: dict[str, Any]) -> list[dict[str, str]]:
     return [{"type": ARCHIVING, "status": status, "reason": reason, "message": message}]
 
 
+def _verify_state(f: dict[str, Any]) -> tuple[str, str, str]:
+    """RecoveryVerified's status, reason and message while spec.backup.verify is set ("" when it is not), from the
+    newest restore drill that ended (sampledb_verify_report)."""
+    drill = f["verify"]
+    if not drill.get("configured"):
+        return "", "", ""
+    job, at = _text(drill.get("job")), _text(drill.get("endedAt"))
+    if drill.get("state") == "Passed":
+        to = (f"up to a transaction of {_text(drill['recoveredTo'])}" if drill.get("recoveredTo")
+              else "(no transaction after the base backup)")
+        return "True", "DrillPassed", (
+            f"restore drill {job} passed at {at}: base backup {_text(drill.get('backupId'))} and the WAL archived "
+            f"after it recovered {to} in {_text(drill.get('seconds'))} s, and {_text(drill.get('databases'))} "
+            f"databases answered")
+    if drill.get("state") == "Failed":
+        return "False", "DrillFailed", f"restore drill {job} failed at {at}: {_text(drill.get('error'))}"
+    return "Unknown", "NoDrillYet", "no restore drill has ended yet (spec.backup.verify.schedule)"
+
+
+def _verify_conditions(f: dict[str, Any]) -> list[dict[str, str]]:
+    """RecoveryVerified while spec.backup.verify is set; once unset, False with reason NotConfigured if it was ever
+    reported."""
+    status, reason, message = _verify_state(f)
+    if not status:
+        had = any(c.get("type") == VERIFIED for c in f["status"].get("conditions") or [])
+        return [{"type": VERIFIED, "status": "False", "reason": "NotConfigured",
+                 "message": "spec.backup.verify is not set: no restore drills"}] if had else []
+    return [{"type": VERIFIED, "status": status, "reason": reason, "message": message}]
+
+
+def _last_verified_recovery(drill: dict[str, Any]) -> dict[str, Any] | None:
+    """status.lastVerifiedRecovery from a drill that passed; None otherwise (what was recorded stands)."""
+    if not drill.get("configured") or drill.get("state") != "Passed":
+        return None
+    return {"time": drill.get("endedAt"), "job": drill.get("job"),
+            **{k: drill[k] for k in ("backupId", "recoveredTo", "timeline", "databases", "seconds") if drill.get(k)}}
+
+
 def _events(f: dict[str, Any], failure: str) -> list[dict[str, str]]:
     recorded_upgrade = f["status"].get("upgrade") or {}
     conditions = f["status"].get("conditions") or []
@@ -194,6 +234,12 @@ def _events(f: dict[str, Any], failure: str) -> list[dict[str, str]]:
         events.append(("ArchivingFailed", "Warning", message))
     elif status == "True" and was.get("status") == "False":
         events.append(("ArchivingResumed", "Normal", message))
+    was = next((c for c in conditions if c.get("type") == VERIFIED), {})
+    status, reason, message = _verify_state(f)
+    if status == "False" and was.get("message") != message:  # (each failed drill once: its Job is in the message)
+        events.append(("RecoveryVerificationFailed", "Warning", message))
+    elif status == "True" and was.get("status") == "False":
+        events.append(("RecoveryVerified", "Normal", message))
     if failure and f["was"] != "Failed":
         events.append(("RestoreFailed" if f["restore_failure"] else "BootstrapFailed", "Warning", failure))
     return [{"reason": reason, "type": kind, "message": message} for reason, kind, message in events]
@@ -223,6 +269,7 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
         "now": _text(found.get("now")),
         "archive": found.get("archive") if isinstance(found.get("archive"), dict) else {},
         "archive_problem": _text(found.get("archive_problem")),
+        "verify": found.get("verify") if isinstance(found.get("verify"), dict) else {},
         **{k: _bool(found.get(k)) for k in ("upgrade_active", "upgrade_completed")},
         **{k: _text(found.get(k)) for k in ("upgrade_from", "upgrade_to", "upgrade_message", "upgrade_failure",
                                             "restore_state", "restore_message", "restore_failure")},
@@ -262,6 +309,8 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
     if f["archive"] and not archive:  # not read in this run: what was last read stands
         archive = dict(status.get("archive") or {})
     report["archive"] = archive or None
+    if verified := _last_verified_recovery(f["verify"]):
+        report["lastVerifiedRecovery"] = verified
     if until := _last_recoverability_point(status.get("firstRecoverabilityPoint"), archive.get("lastArchivedAt")):
         report["lastRecoverabilityPoint"] = until
     identity = found.get("identity") or {}
