@@ -328,7 +328,7 @@ def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
     until = wait_for("status.lastRecoverabilityPoint", lambda: (
         st := get(nodes, ns, "ledger")["status"]).get("lastRecoverabilityPoint", "") >= again["endTime"][:19] and st,
         timeout=180, interval=3)
-    assert until["lastRecoverabilityPoint"] == until["archive"]["lastArchivedAt"], until
+    assert until["lastRecoverabilityPoint"] <= until["archive"]["lastArchivedAt"], until
     # and a drill restores the newest base backup with the WAL archived after it (rows written since) in a scratch
     # volume: recorded in status
     written = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
@@ -493,4 +493,5 @@ def test_a_database_recovered_from_anothers_archive_to_a_time_holds_exactly_the_
     lost_seconds = max(lost.acked.values()) - max(kept.values())
     print(f"storage loss with archiveTimeout 60 s: {len(missing)} of {len(lost.acked)} acknowledged rows lost, "
           f"the last {lost_seconds:.1f} s of writes")
-    assert lost_seconds <= 60 + 30, (lost_seconds, len(missing))
+    # (the archive timeout, and the segment before it still uploading when the servers stopped)
+    assert lost_seconds <= 2 * 60, (lost_seconds, len(missing))

@@ -20,12 +20,37 @@ LISTED = {"backups_list": [{"backup_id": "20261128T040000", "status": "DONE",
                            {"backup_id": "20261128T050000", "status": "FAILED"}]}
 
 
+BOTO3 = """import os
+
+
+class _Pages:
+    def paginate(self, Bucket, Prefix):
+        keys = [f"ns/db/pg15/wals/{{n[:16]}}/{{n}}" for n in sorted(os.listdir("{archive}"))]
+        yield {{"Contents": [{{"Key": k}} for k in keys if k.startswith(Prefix)]}}
+
+
+class _Client:
+    def get_paginator(self, _):
+        return _Pages()
+
+
+def client(*_, **__):
+    return _Client()
+"""
+
+
 def drill_box(tmp: Path, base: Path, archive: Path) -> tuple[Path, dict[str, str]]:
     """/etc/sampledb as the ConfigMap lays it out, the keys, fakes of barman-cloud on PATH, the scratch directory."""
     box = _tree(tmp / "drill", USER)
     etc, keys, bin_dir, scratch = (_tree(box / d, USER) for d in ("etc", "keys", "bin", "scratch"))
-    for name in ("verify.sh", "replay.sh", "objectstore.sh", "choose-base-backup.py"):
+    for name in ("verify.sh", "replay.sh", "objectstore.sh", "choose-base-backup.py", "wal-beyond.py"):
         shutil.copy(FILES / name, etc / name)
+    # (boto3, as wal-beyond.py uses it: the archive directory listed as barman-cloud lays WAL out in the store)
+    fake = _tree(box / "pylib", USER)
+    for package, body in {"botocore": "", "boto3": BOTO3.format(archive=archive)}.items():
+        _tree(fake / package, USER)
+        (fake / package / "__init__.py").write_text(body)
+    (fake / "botocore" / "config.py").write_text("class Config:\n    def __init__(self, **_):\n        pass\n")
     (etc / "postgresql.conf").write_text("max_connections = 20\narchive_mode = always\n"
                                          "archive_command = '/bin/false'\n")
     (etc / "objectstore.env").write_text(
@@ -47,32 +72,42 @@ def drill_box(tmp: Path, base: Path, archive: Path) -> tuple[Path, dict[str, str
         shutil.chown(path, USER)
     env = {"SCRATCH": str(scratch), "CONF_DIR": str(etc), "TERMINATION_LOG": str(box / "termination-log"),
            "BARMAN_PYTHON": shutil.which("python3", path="/usr/bin") or "/usr/bin/python3", "FAKE_LISTING": json.dumps(LISTED), "JOB_NAME": "db-verify-1",
-           "PATH": f"{bin_dir}:{PG15}:/usr/bin:/bin"}
+           "PATH": f"{bin_dir}:{PG15}:/usr/bin:/bin", "PYTHONPATH": str(fake)}
     return box, env
 
 
-def test_a_drill_replays_the_newest_completed_base_backup_and_every_archived_wal_file(make_server, tmp_path) -> None:  # noqa: F811
+def archived_source(make_server, tmp_path: Path) -> tuple[Server, Path, Path, str, list[str]]:  # noqa: F811
+    """A server archiving to a directory, its base backup (WAL left to the archive), then rows in two more segments:
+    (the server, stopped; the base backup; the archive; the last insert's time; the two segments' names)."""
     source: Server = make_server(PG15, "source", init=False)
     source.run("initdb", "-U", "postgres", "--auth=trust", "-D", str(source.data))
     archive = _tree(tmp_path / "archive", USER)
     with (source.data / "postgresql.conf").open("a") as conf:
         conf.write(f"archive_mode = on\narchive_command = 'cp %p {archive}/%f'\n")
     source.start()
+    segments = []
     try:
         source.sql("CREATE DATABASE app")
         source.sql("CREATE TABLE t (id int); INSERT INTO t SELECT generate_series(1, 100)", db="app")
         base = _tree(tmp_path / "base", USER)
         source.run("pg_basebackup", "-D", str(base), "-X", "none", "--checkpoint=fast")
         time.sleep(1.1)  # (the rows after the base backup commit at a later second than it ended)
-        source.sql("INSERT INTO t SELECT generate_series(101, 150)", db="app")
-        last = source.sql("SELECT to_char(max(now()) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')")
-        segment = source.sql("SELECT pg_walfile_name(pg_switch_wal())")
+        for first in (101, 151):
+            # (now() of the insert's own transaction: its commit is no earlier)
+            last = source.sql(f"INSERT INTO t SELECT generate_series({first}, {first + 49}); "
+                              "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')", db="app")
+            segments.append(source.sql("SELECT pg_walfile_name(pg_switch_wal())"))
         for _ in range(100):
-            if (archive / segment).exists():
+            if (archive / segments[-1]).exists():
                 break
             time.sleep(0.1)
     finally:
         source.stop()
+    return source, base, archive, last, segments
+
+
+def test_a_drill_replays_the_newest_completed_base_backup_and_every_archived_wal_file(make_server, tmp_path) -> None:  # noqa: F811
+    source, base, archive, last, _ = archived_source(make_server, tmp_path)
     box, env = drill_box(tmp_path, base, archive)
     done = source.run("bash", f"{box}/etc/verify.sh", extra=env, check=False)
     assert done.returncode == 0, done.stderr
@@ -82,6 +117,19 @@ def test_a_drill_replays_the_newest_completed_base_backup_and_every_archived_wal
     calls = (box / "calls").read_text()
     assert SECRET not in calls + done.stdout + done.stderr
     # nothing of the drill is left running; what it restored stays in the scratch volume, which goes with the pod
+    assert not (box / "scratch" / "data" / "postmaster.pid").exists()
+
+
+def test_a_drill_fails_on_a_gap_in_the_archive_naming_it(make_server, tmp_path) -> None:  # noqa: F811
+    """A WAL file lost from the archive with later ones there: the replay stops at the gap, which is no end of the
+    archive: the drill fails, naming the file missing and the newest one beyond it (a recovery fails the same way)."""
+    source, base, archive, _, segments = archived_source(make_server, tmp_path)
+    (archive / segments[0]).unlink()
+    box, env = drill_box(tmp_path, base, archive)
+    done = source.run("bash", f"{box}/etc/verify.sh", extra=env, check=False)
+    assert done.returncode == 1, done.stderr
+    said = base64.b64decode((box / "termination-log").read_text().strip().removeprefix("error=")).decode()
+    assert said.startswith(f"the archive has a gap: it lacks {segments[0]} but holds WAL up to {segments[1]};"), said
     assert not (box / "scratch" / "data" / "postmaster.pid").exists()
 
 

@@ -120,6 +120,13 @@ def test_the_last_recoverability_point_is_the_newest_segment_archived_once_a_bas
     # (a segment archived before the only base backup ended is no point to recover to)
     later = {**backed_up, "firstRecoverabilityPoint": "1970-01-01T00:20:00+00:00"}
     assert "lastRecoverabilityPoint" not in status.sampledb_status(found(archive=healthy, status=later))["status"]
+    # a backlog goes up oldest first: the archive reaches no further than the oldest segment still waiting
+    backlog = {**healthy, "lastArchivedAt": "1970-01-01T00:40:00Z", "waitingSegments": 3, "lagSeconds": 900}
+    result = status.sampledb_status(found(archive=backlog, status=backed_up, now="1970-01-01T00:45:00Z"))
+    assert result["status"]["lastRecoverabilityPoint"] == "1970-01-01T00:30:00Z"
+    # the object store removed: no point at all
+    was = {**backed_up, "lastRecoverabilityPoint": "1970-01-01T00:16:30Z"}
+    assert status.sampledb_status(found(status=was))["status"]["lastRecoverabilityPoint"] is None
 
 
 def test_a_failing_archive_is_an_event_once_and_its_recovery_another() -> None:

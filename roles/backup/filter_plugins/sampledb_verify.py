@@ -38,10 +38,18 @@ def _decoded(value: str) -> str:
         return ""
 
 
-def sampledb_verify_report(jobs: Any, pods: Any) -> dict[str, Any]:
-    """The newest drill Job that ended, as {state: Passed|Failed, job, endedAt} with what its pod said (Passed:
-    backupId, recoveredTo, timeline, databases, seconds; Failed: error, or why there is none); {} when none ended."""
-    ended = [(at, state, job) for job in jobs or [] for state, at in [_ended(job)] if state and at]
+def _of(job: dict, cronjob: str) -> bool:
+    """Made by that CronJob (not merely labelled like its Jobs)."""
+    return any(ref.get("kind") == "CronJob" and ref.get("name") == cronjob
+               for ref in (job.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def sampledb_verify_report(jobs: Any, pods: Any, cronjob: str) -> dict[str, Any]:
+    """The newest drill Job of ``cronjob`` that ended, as {state: Passed|Failed, job, endedAt} with what its pod said
+    (Passed: backupId, recoveredTo, timeline, databases, seconds; Failed: error, or why there is none); {} when none
+    ended."""
+    ended = [(at, state, job) for job in jobs or [] if _of(job, cronjob)
+             for state, at in [_ended(job)] if state and at]
     if not ended:
         return {}
     at, state, job = max(ended, key=lambda e: e[0])

@@ -144,6 +144,9 @@ def sampledb_restart_hash(configmap_data, restart_parameters):
     data.pop("pg_hba.conf", None)
     data.pop("objectstore.env", None)  # (read by archive.sh at each WAL file: a new store needs no restart)
     data.pop("recovery.env", None)  # (read once, by the recovery that makes the database)
+    # (run by the physical backups' and the restore drills' Jobs, or once by the recovery that makes the database)
+    for script in ("base-backup.sh", "verify.sh", "replay.sh", "choose-base-backup.py", "wal-beyond.py"):
+        data.pop(script, None)
     names = set(restart_parameters or [])
     kept = [line for line in conf.splitlines() if line.split("=", 1)[0].strip() in names]
     text = "\n".join(kept) + "\0" + "\0".join(f"{k}\0{v}" for k, v in sorted(data.items()))

@@ -32,6 +32,7 @@ redacted() {
   local message=$1
   [ -n "${AWS_SECRET_ACCESS_KEY:-}" ] && message=${message//"$AWS_SECRET_ACCESS_KEY"/<secret access key>}
   [ -n "${AWS_ACCESS_KEY_ID:-}" ] && message=${message//"$AWS_ACCESS_KEY_ID"/<access key id>}
-  printf '%s' "$message" | grep -v '^\s*$' | tail -n 1 |
+  # (an empty message is an empty answer, never a failure: callers run with errexit and pipefail)
+  { printf '%s' "$message" | grep -v '^\s*$' || true; } | tail -n 1 |
     sed -E 's/^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:,]+ \[[0-9]+\] [A-Z]+: //' | cut -c1-300
 }

@@ -31,21 +31,30 @@ replay_archive() {
   : >"$new/postgresql.auto.conf"
   : >"$new/recovery.signal"
   (umask 077 && mkdir -p "$boot") || recovery_failed "could not make $boot"
-  # barman-cloud-wal-restore exits 1 for a file the archive does not have (the end of the archive, to PostgreSQL) and
-  # otherwise for an error: tried again a few times (a store that blinks), then it must stop the recovery (above 125),
-  # not end it where the store failed to answer.
+  # barman-cloud-wal-restore exits 1 for a file the archive does not have (the end of the archive, to PostgreSQL: the
+  # last such segment is kept, to tell the end from a gap) and otherwise for an error: tried again a few times (a store
+  # that blinks), then it must stop the recovery (above 125), not end it where the store failed to answer.
   {
-    printf '#!/bin/bash\nfor try in 1 2 3 4; do\n  '
-    printf 'timeout -k 5 %s barman-cloud-wal-restore' "$((limit * 4))"
-    printf ' %q' "${s3_args[@]}" "$SAMPLEDB_S3_URL" "$store_server"; printf ' "$1" "$2"\n'
-    printf '  rc=$?\n  [ "$rc" -gt 1 ] || exit "$rc"\n  sleep $((try * 5))\ndone\nexit 255\n'
+    printf '#!/bin/bash\nrestore=(timeout -k 5 %s barman-cloud-wal-restore' "$((limit * 4))"
+    printf ' %q' "${s3_args[@]}" "$SAMPLEDB_S3_URL" "$store_server"; printf ')\nmissing=%q\n' "$boot/missing"
+    cat <<'SCRIPT'
+for try in 1 2 3 4; do
+  "${restore[@]}" "$1" "$2"
+  rc=$?
+  if [ "$rc" -eq 1 ] && [[ $1 =~ ^[0-9A-F]{24}$ ]]; then printf '%s\n' "$1" >"$missing"; fi
+  [ "$rc" -gt 1 ] || exit "$rc"
+  sleep $((try * 5))
+done
+exit 255
+SCRIPT
   } >"$boot/restore.sh"
   printf 'local all all trust\n' >"$boot/pg_hba.conf"
-  # (hot_standby off: no connection before the promotion, and no pause for a setting the source had higher)
+  # (hot_standby off: no connection before the promotion, and no pause for a setting the source had higher; no
+  # logical replication workers: a subscription restored with the data must not take its publisher's changes here)
   opts=(-c "config_file=$CONF/postgresql.conf" -c "hba_file=$boot/pg_hba.conf" -c "listen_addresses="
         -c "unix_socket_directories=$boot" -c "synchronous_standby_names=" -c "archive_command="
         -c "restore_command=/bin/bash $boot/restore.sh %f %p" -c "recovery_target_action=promote"
-        -c "cluster_name=$name" -c "hot_standby=off")
+        -c "cluster_name=$name" -c "hot_standby=off" -c "max_logical_replication_workers=0")
   # (with archive_mode always, every segment restored would wait for an archiver that does not run here, and fill the
   # volume; on, only the new timeline's do)
   ! grep -q '^archive_mode' "$CONF/postgresql.conf" || opts+=(-c "archive_mode=on")
@@ -74,4 +83,18 @@ replay_archive() {
     [ $((waited % 60)) -ne 0 ] ||
       echo "replay.sh: recovering: $(grep -E 'restored log file|redo ' "$log_file" | tail -n 1)" >&2
   done
+  # With no target the replay ends at the first WAL file the archive does not have: the archive's end, unless it holds
+  # later ones on that timeline (a gap: a file lost, or one a standby let go before the primary archived it), and then
+  # what follows the gap is not recovered: that is a failure, not a recovery.
+  local targets="${SAMPLEDB_RECOVERY_TARGET_TIME:-}${SAMPLEDB_RECOVERY_TARGET_LSN:-}"
+  targets+="${SAMPLEDB_RECOVERY_TARGET_XID:-}${SAMPLEDB_RECOVERY_TARGET_NAME:-}"
+  if [ -z "$targets" ] && [ -s "$boot/missing" ]; then
+    local missing beyond
+    missing=$(<"$boot/missing")
+    beyond=$(SAMPLEDB_S3_URL=$SAMPLEDB_S3_URL SAMPLEDB_S3_ENDPOINT=${SAMPLEDB_S3_ENDPOINT:-} \
+      SAMPLEDB_S3_SERVER=$store_server timeout -k 5 "$limit" "${BARMAN_PYTHON:-/opt/barman/bin/python}" \
+      "$CONF/wal-beyond.py" "$missing" 2>&1) || recovery_failed "the archive's WAL could not be listed: $beyond"
+    [ -z "$beyond" ] || recovery_failed "the archive has a gap: it lacks $missing but holds WAL up to $beyond; what \
+was written after the gap cannot be recovered from it (a target before it can)"
+  fi
 }

@@ -37,10 +37,12 @@ timeline=$(sql -d postgres -c "select timeline_id from pg_control_checkpoint()")
 databases=$(sql -d postgres -c "select datname from pg_database where datallowconn order by 1") ||
   recovery_failed "the recovered server does not list its databases: $databases"
 count=0
-for db in $databases; do
-  answer=$(sql -d "$db" -c "select count(*) from pg_class") || recovery_failed "database $db does not answer: $answer"
+# (each name as it is, in PGDATABASE: psql -d would take a name with = in it for a connection string)
+while IFS= read -r db; do
+  [ -n "$db" ] || continue
+  answer=$(PGDATABASE=$db sql -c "select count(*) from pg_class") || recovery_failed "database $db does not answer: $answer"
   count=$((count + 1))
-done
+done <<<"$databases"
 pg_ctl -D "$data" -w -m fast stop >/dev/null || recovery_failed "the recovered server did not stop"
 replay_pid=""
 fields="backup_id=$replay_backup_id${recovered_to:+ recovered_to=$recovered_to} timeline=$timeline databases=$count seconds=$((SECONDS - started))"

@@ -10,7 +10,7 @@ is running), Ready.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -153,13 +153,18 @@ def _archive_state(f: dict[str, Any]) -> tuple[str, str, str]:
             _text(archive.get("message")))
 
 
-def _last_recoverability_point(first: Any, archived_at: Any) -> str:
-    """status.lastRecoverabilityPoint: when the newest WAL segment reached the archive (a recovery with no target
-    replays up to there), once a base backup ends before it (firstRecoverabilityPoint); '' while there is none."""
+def _last_recoverability_point(first: Any, archive: dict[str, Any], now: str) -> str:
+    """status.lastRecoverabilityPoint: how far the archive reaches, once a base backup ends before it
+    (firstRecoverabilityPoint): when the newest WAL segment reached it, or, while segments wait (a backlog goes up
+    oldest first), when the oldest of them was written, whichever is earlier; '' while there is none. A recovery with no
+    target replays about that far; a targetTime must be earlier."""
     try:
-        if first and archived_at and datetime.fromisoformat(str(archived_at)) >= datetime.fromisoformat(str(first)):
-            return str(archived_at)
-    except ValueError:
+        until = datetime.fromisoformat(str(archive.get("lastArchivedAt")))
+        if archive.get("waitingSegments") and now:
+            until = min(until, datetime.fromisoformat(now) - timedelta(seconds=_int(archive.get("lagSeconds"))))
+        if first and until >= datetime.fromisoformat(str(first)):
+            return until.strftime(TIME_FORMAT)
+    except (TypeError, ValueError):
         pass
     return ""
 
@@ -181,6 +186,11 @@ def _verify_state(f: dict[str, Any]) -> tuple[str, str, str]:
     drill = f["verify"]
     if not drill.get("configured"):
         return "", "", ""
+    if drill.get("unread"):  # (a step failed before the drills were read: what was said stands)
+        was = next((c for c in f["status"].get("conditions") or [] if c.get("type") == VERIFIED
+                    and c.get("reason") != "NotConfigured"), {})
+        if was:
+            return _text(was.get("status")), _text(was.get("reason")), _text(was.get("message"))
     job, at = _text(drill.get("job")), _text(drill.get("endedAt"))
     if drill.get("state") == "Passed":
         to = (f"up to a transaction of {_text(drill['recoveredTo'])}" if drill.get("recoveredTo")
@@ -311,8 +321,10 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
     report["archive"] = archive or None
     if verified := _last_verified_recovery(f["verify"]):
         report["lastVerifiedRecovery"] = verified
-    if until := _last_recoverability_point(status.get("firstRecoverabilityPoint"), archive.get("lastArchivedAt")):
+    if until := _last_recoverability_point(status.get("firstRecoverabilityPoint"), archive, f["now"]):
         report["lastRecoverabilityPoint"] = until
+    elif not f["archive"] and status.get("lastRecoverabilityPoint"):  # (the object store removed)
+        report["lastRecoverabilityPoint"] = None
     identity = found.get("identity") or {}
     if isinstance(identity, dict) and (identity.get("systemIdentifier") or identity.get("error")) and \
             identity.get("checkedAt"):
