@@ -169,15 +169,19 @@ def _last_recoverability_point(first: Any, archive: dict[str, Any], now: str) ->
     return ""
 
 
-def _archive_conditions(f: dict[str, Any]) -> list[dict[str, str]]:
-    """ContinuousArchiving while spec.backup.objectStore is set; once unset, False with reason NotConfigured if it was
-    ever reported."""
-    status, reason, message = _archive_state(f)
+def _optional_condition(f: dict[str, Any], kind: str, state: tuple[str, str, str],
+                        unset: str) -> list[dict[str, str]]:
+    """A condition of a feature the spec may switch on (``state``: its status, reason and message, status "" while it
+    is off): none while it was never on; once switched off, False with reason NotConfigured and ``unset``."""
+    status, reason, message = state
     if not status:
-        had = any(c.get("type") == ARCHIVING for c in f["status"].get("conditions") or [])
-        return [{"type": ARCHIVING, "status": "False", "reason": "NotConfigured",
-                 "message": "spec.backup.objectStore is not set: WAL is not archived"}] if had else []
-    return [{"type": ARCHIVING, "status": status, "reason": reason, "message": message}]
+        had = any(c.get("type") == kind for c in f["status"].get("conditions") or [])
+        return [{"type": kind, "status": "False", "reason": "NotConfigured", "message": unset}] if had else []
+    return [{"type": kind, "status": status, "reason": reason, "message": message}]
+
+
+def _archive_conditions(f: dict[str, Any]) -> list[dict[str, str]]:
+    return _optional_condition(f, ARCHIVING, _archive_state(f), "spec.backup.objectStore is not set: WAL is not archived")
 
 
 def _verify_state(f: dict[str, Any]) -> tuple[str, str, str]:
@@ -205,14 +209,7 @@ def _verify_state(f: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def _verify_conditions(f: dict[str, Any]) -> list[dict[str, str]]:
-    """RecoveryVerified while spec.backup.verify is set; once unset, False with reason NotConfigured if it was ever
-    reported."""
-    status, reason, message = _verify_state(f)
-    if not status:
-        had = any(c.get("type") == VERIFIED for c in f["status"].get("conditions") or [])
-        return [{"type": VERIFIED, "status": "False", "reason": "NotConfigured",
-                 "message": "spec.backup.verify is not set: no restore drills"}] if had else []
-    return [{"type": VERIFIED, "status": status, "reason": reason, "message": message}]
+    return _optional_condition(f, VERIFIED, _verify_state(f), "spec.backup.verify is not set: no restore drills")
 
 
 def _last_verified_recovery(drill: dict[str, Any]) -> dict[str, Any] | None:
