@@ -105,7 +105,7 @@ def measure_data(kube: Kube, ns: str, store: dict, size_mb: int, add) -> None:
     add(f"physical base backup of {size:.0f} MB, gzip (request → Completed; the Job {job_seconds(st):.0f} s)",
         "n/a", "MB/s reported", size / took, "MB/s")
     took, st = take(kube, ns, "big-dump", "big", "dump")
-    add(f"dump of {size:.0f} MB, pg_dumpall | gzip (request → Completed; the Job {job_seconds(st):.0f} s)",
+    add(f"dump of {size:.0f} MB, pg_dumpall piped to gzip (request → Completed; the Job {job_seconds(st):.0f} s)",
         "n/a", "MB/s reported", size / took, "MB/s")
     rows = big.sql(big.primary, "select count(*) from big")
 

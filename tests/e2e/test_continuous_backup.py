@@ -291,7 +291,7 @@ def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
     # Restore drills every minute: the first ones find no base backup to restore, and say so
     nodes.kubectl("-n", ns, "patch", "sdb", "ledger", "--type=merge", "-p",
                   json.dumps({"spec": {"backup": {"verify": {"schedule": "* * * * *"}}}}))
-    failed = wait_condition(nodes, ns, "ledger", "RecoveryVerified", "False", timeout=240)
+    failed = wait_condition(nodes, ns, "ledger", "RecoveryVerified", "False", timeout=300)
     assert failed["reason"] == "DrillFailed" and "no completed base backup" in failed["message"], failed
     assert events(nodes, ns, "RecoveryVerificationFailed"), "no Event says that the drill failed"
 
@@ -338,7 +338,7 @@ def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
         poke(nodes, ns, "ledger")
         last = (get(nodes, ns, "ledger")["status"].get("lastVerifiedRecovery") or {})
         return last if last.get("backupId") == again["backupId"] and last.get("recoveredTo", "") >= written else None
-    last = wait_for("a restore drill of the newest base backup and the WAL after it to pass", verified, timeout=240,
+    last = wait_for("a restore drill of the newest base backup and the WAL after it to pass", verified, timeout=300,
                     interval=5)
     assert re.fullmatch(r"20[0-9-]{8}T[0-9:]{8}Z", last["recoveredTo"]) and int(last["databases"]) >= 3, last
     assert condition(nodes, ns, "ledger", "RecoveryVerified")["status"] == "True"

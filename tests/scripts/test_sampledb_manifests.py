@@ -255,6 +255,7 @@ def test_a_restore_drill_recovers_the_archive_into_scratch_with_the_keys_and_no_
     assert {m["name"]: m.get("readOnly", False) for m in container["volumeMounts"]} == {
         "scratch": False, "objectstore-keys": True, "config": False}
     assert spec["automountServiceAccountToken"] is False and spec["securityContext"]["runAsUser"] == 999
+    assert container["resources"]["requests"]["ephemeral-storage"] == "5Gi"
 
 
 def test_a_recovery_mounts_the_sources_keys_apart_and_says_where_and_to_when() -> None:

@@ -20,18 +20,15 @@ LISTED = {"backups_list": [{"backup_id": "20261128T040000", "status": "DONE",
                            {"backup_id": "20261128T050000", "status": "FAILED"}]}
 
 
+# the archive directory listed as barman-cloud lays WAL out in bucket b (gzip: each name with .gz)
 BOTO3 = """import os
 
 
-class _Pages:
-    def paginate(self, Bucket, Prefix):
-        keys = [f"ns/db/pg15/wals/{{n[:16]}}/{{n}}" for n in sorted(os.listdir("{archive}"))]
-        yield {{"Contents": [{{"Key": k}} for k in keys if k.startswith(Prefix)]}}
-
-
 class _Client:
-    def get_paginator(self, _):
-        return _Pages()
+    def list_objects_v2(self, Bucket, Prefix, StartAfter="", MaxKeys=1000):
+        assert Bucket == "b"
+        keys = sorted(f"ns/db/pg15/wals/{{n[:16]}}/{{n}}.gz" for n in os.listdir("{archive}"))
+        return {{"Contents": [{{"Key": k}} for k in keys if k.startswith(Prefix) and k > StartAfter][:MaxKeys]}}
 
 
 def client(*_, **__):
@@ -125,6 +122,8 @@ def test_a_drill_fails_on_a_gap_in_the_archive_naming_it(make_server, tmp_path) 
     archive: the drill fails, naming the file missing and the newest one beyond it (a recovery fails the same way)."""
     source, base, archive, _, segments = archived_source(make_server, tmp_path)
     (archive / segments[0]).unlink()
+    # (a backup label of that segment is not the segment)
+    (archive / f"{segments[0]}.00000028.backup").write_text("START WAL LOCATION: ...\n")
     box, env = drill_box(tmp_path, base, archive)
     done = source.run("bash", f"{box}/etc/verify.sh", extra=env, check=False)
     assert done.returncode == 1, done.stderr

@@ -210,3 +210,14 @@ def test_a_retention_policy_is_barmans_recovery_window_and_only_set_when_asked()
                            ("3m", "RECOVERY WINDOW OF 3 MONTHS")):
         store = archive.sampledb_objectstore(STORE, "shop", "orders", "15", retention_policy=policy)
         assert env_of(store)["SAMPLEDB_RETENTION_POLICY"] == window
+
+
+def test_archiving_not_read_in_a_run_keeps_what_was_said_and_the_archive_fields() -> None:
+    """A step that failed before archiving was read (the run is Degraded for it): no new Event, the condition and
+    status.archive as they were."""
+    failing = [{"type": "ContinuousArchiving", "status": "False", "reason": "ArchivingFailing", "message": "x"}]
+    was = {"phase": "Ready", "conditions": failing, "archive": {"destination": "s3://b/ns/db/pg15", "lagSeconds": 9}}
+    unread = {"healthy": None, "reason": "NotRead", "unread": True, "message": "not read"}
+    result = status.sampledb_status(found(archive=unread, status=was))
+    assert conditions(result)["ContinuousArchiving"] == ("False", "ArchivingFailing") and result["events"] == []
+    assert result["status"]["archive"] == was["archive"]

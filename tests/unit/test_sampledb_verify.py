@@ -42,6 +42,10 @@ def test_the_newest_drill_that_ended_is_reported_with_what_it_said() -> None:
     # a pod killed without a word (out of memory, out of time): said so, with where to look
     silent = verify.sampledb_verify_report(jobs[:1], [pod("db-verify-1", None)], "db-verify")
     assert "left no message" in silent["error"] and "kubectl logs job/db-verify-1" in silent["error"]
+    late = job("db-verify-1", "Failed", "2026-11-27T05:00:30Z")
+    late["status"]["conditions"][0].update(reason="DeadlineExceeded", message="Job was active longer than specified")
+    assert "(DeadlineExceeded: Job was active longer than specified)" in verify.sampledb_verify_report(
+        [late], [], "db-verify")["error"]
     assert verify.sampledb_verify_report([job("db-verify-3")], pods, "db-verify") == {}
     assert verify.sampledb_verify_report([], [], "db-verify") == {}
     # a Job that only wears the label (not the CronJob's) says nothing

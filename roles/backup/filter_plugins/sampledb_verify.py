@@ -63,9 +63,11 @@ def sampledb_verify_report(jobs: Any, pods: Any, cronjob: str) -> dict[str, Any]
     if state == "Passed":
         report.update({key: fields[k] for k, key in _REPORTED.items() if fields.get(k)})
     else:
+        failed = _condition(job, "Failed")
+        why = ": ".join(x for x in (failed.get("reason"), failed.get("message")) if x)
         report["error"] = (_decoded(fields.get("error", "")) or
-                           ("the drill's pod left no message (killed, out of time or out of memory?): "
-                            f"kubectl logs job/{name}"))
+                           (f"the drill's pod left no message ({why or 'killed, or out of memory?'}): "
+                            f"kubectl logs job/{name}, kubectl describe job/{name}"))
     return report
 
 

@@ -32,7 +32,7 @@ replay_archive() {
   : >"$new/recovery.signal"
   (umask 077 && mkdir -p "$boot") || recovery_failed "could not make $boot"
   # barman-cloud-wal-restore exits 1 for a file the archive does not have (the end of the archive, to PostgreSQL: the
-  # last such segment is kept, to tell the end from a gap) and otherwise for an error: tried again a few times (a store
+  # segments it lacked are kept, to tell the end from a gap) and otherwise for an error: tried again a few times (a store
   # that blinks), then it must stop the recovery (above 125), not end it where the store failed to answer.
   {
     printf '#!/bin/bash\nrestore=(timeout -k 5 %s barman-cloud-wal-restore' "$((limit * 4))"
@@ -41,7 +41,7 @@ replay_archive() {
 for try in 1 2 3 4; do
   "${restore[@]}" "$1" "$2"
   rc=$?
-  if [ "$rc" -eq 1 ] && [[ $1 =~ ^[0-9A-F]{24}$ ]]; then printf '%s\n' "$1" >"$missing"; fi
+  if [ "$rc" -eq 1 ] && [[ $1 =~ ^[0-9A-F]{24}$ ]]; then printf '%s\n' "$1" >>"$missing"; fi
   [ "$rc" -gt 1 ] || exit "$rc"
   sleep $((try * 5))
 done
@@ -89,12 +89,14 @@ SCRIPT
   local targets="${SAMPLEDB_RECOVERY_TARGET_TIME:-}${SAMPLEDB_RECOVERY_TARGET_LSN:-}"
   targets+="${SAMPLEDB_RECOVERY_TARGET_XID:-}${SAMPLEDB_RECOVERY_TARGET_NAME:-}"
   if [ -z "$targets" ] && [ -s "$boot/missing" ]; then
-    local missing beyond
-    missing=$(<"$boot/missing")
+    local beyond rc=0 lacked later
     beyond=$(SAMPLEDB_S3_URL=$SAMPLEDB_S3_URL SAMPLEDB_S3_ENDPOINT=${SAMPLEDB_S3_ENDPOINT:-} \
       SAMPLEDB_S3_SERVER=$store_server timeout -k 5 "$limit" "${BARMAN_PYTHON:-/opt/barman/bin/python}" \
-      "$CONF/wal-beyond.py" "$missing" 2>&1) || recovery_failed "the archive's WAL could not be listed: $beyond"
-    [ -z "$beyond" ] || recovery_failed "the archive has a gap: it lacks $missing but holds WAL up to $beyond; what \
+      "$CONF/wal-beyond.py" $(<"$boot/missing") 2>&1) || rc=$?
+    [ "$rc" -ne 124 ] || recovery_failed "the archive's WAL could not be listed within ${limit}s"
+    [ "$rc" -eq 0 ] || recovery_failed "the archive's WAL could not be listed: $(redacted "$beyond")"
+    read -r lacked later <<<"$beyond"
+    [ -z "$later" ] || recovery_failed "the archive has a gap: it lacks $lacked but holds WAL up to $later; what \
 was written after the gap cannot be recovered from it (a target before it can)"
   fi
 }

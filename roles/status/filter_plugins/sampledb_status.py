@@ -140,6 +140,14 @@ def _conditions(f: dict[str, Any], phase: str, failure: str, primary: str, prima
     ]
 
 
+def _said(f: dict[str, Any], kind: str) -> tuple[str, str, str] | None:
+    """What the condition ``kind`` said last, while its feature was on: it stands when a step failed before the run
+    read it again."""
+    was = next((c for c in f["status"].get("conditions") or []
+                if c.get("type") == kind and c.get("reason") != "NotConfigured"), {})
+    return (_text(was.get("status")), _text(was.get("reason")), _text(was.get("message"))) if was else None
+
+
 def _archive_state(f: dict[str, Any]) -> tuple[str, str, str]:
     """ContinuousArchiving's status, reason and message while spec.backup.objectStore is set ("" when it is not):
     what is missing of its Secret first, else archive.sh's report on the primary (sampledb_archive_report)."""
@@ -148,6 +156,8 @@ def _archive_state(f: dict[str, Any]) -> tuple[str, str, str]:
         return "", "", ""
     if f["archive_problem"]:
         return "False", "CredentialsMissing", f["archive_problem"]
+    if archive.get("unread") and (was := _said(f, ARCHIVING)):
+        return was
     healthy = archive.get("healthy")
     return ("Unknown" if healthy is None else str(bool(healthy)), _text(archive.get("reason")),
             _text(archive.get("message")))
@@ -190,11 +200,8 @@ def _verify_state(f: dict[str, Any]) -> tuple[str, str, str]:
     drill = f["verify"]
     if not drill.get("configured"):
         return "", "", ""
-    if drill.get("unread"):  # (a step failed before the drills were read: what was said stands)
-        was = next((c for c in f["status"].get("conditions") or [] if c.get("type") == VERIFIED
-                    and c.get("reason") != "NotConfigured"), {})
-        if was:
-            return _text(was.get("status")), _text(was.get("reason")), _text(was.get("message"))
+    if drill.get("unread") and (was := _said(f, VERIFIED)):
+        return was
     job, at = _text(drill.get("job")), _text(drill.get("endedAt"))
     if drill.get("state") == "Passed":
         to = (f"up to a transaction of {_text(drill['recoveredTo'])}" if drill.get("recoveredTo")
@@ -312,7 +319,7 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
     for field, key in (("storageSize", "storage_size"), ("backupStorageSize", "backup_storage_size")):
         if _text(found.get(key)):
             report[field] = _text(found.get(key))
-    archive = {k: v for k, v in f["archive"].items() if k not in ("healthy", "reason", "message")}
+    archive = {k: v for k, v in f["archive"].items() if k not in ("healthy", "reason", "message", "unread")}
     if f["archive"] and not archive:  # not read in this run: what was last read stands
         archive = dict(status.get("archive") or {})
     report["archive"] = archive or None
