@@ -293,7 +293,9 @@ def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
                   json.dumps({"spec": {"backup": {"verify": {"schedule": "* * * * *"}}}}))
     failed = wait_condition(nodes, ns, "ledger", "RecoveryVerified", "False", timeout=300)
     assert failed["reason"] == "DrillFailed" and "no completed base backup" in failed["message"], failed
-    assert events(nodes, ns, "RecoveryVerificationFailed"), "no Event says that the drill failed"
+    # (the status role writes the condition, then the Event)
+    wait_for("an Event to say that the drill failed", lambda: events(nodes, ns, "RecoveryVerificationFailed"),
+             timeout=60, interval=2)
 
     def take() -> dict:
         backup(nodes, ns, "first", database="ledger")
