@@ -237,7 +237,7 @@ def test_a_restore_drill_recovers_the_archive_into_scratch_with_the_keys_and_no_
     verify = {"schedule": "0 4 * * 0", "suspend": False}
     variables = {**sampledb_vars("db", replicas=3, storage={"size": "5Gi"}, backup={
         "schedule": "30 0 * * *", "retention": 7, "suspend": False, "storageSize": "2Gi", "objectStore": store,
-        "verify": verify}), **JOB_FACTS, "backup_objectstore": "{{ sdb_objectstore }}", "verify_spec": verify}
+        "verify": verify}), **JOB_FACTS, "backup_objectstore": "{{ sdb_objectstore }}"}
     [out] = render((["configmap.yaml.j2", "verify-cronjob.yaml.j2"], variables))
     assert {"verify.sh", "replay.sh", "choose-base-backup.py", "objectstore.sh"} <= set(out["configmap.yaml.j2"][0]["data"])
     [cron] = out["verify-cronjob.yaml.j2"]

@@ -1,5 +1,5 @@
 """Restore drills (spec.backup.verify): what the newest drill that ended said
-(roles/backup/filter_plugins/sampledb_verify.py), and what the database's status makes of it
+(roles/backup/filter_plugins/sampledb_base_backup.py), and what the database's status makes of it
 (roles/status/filter_plugins/sampledb_status.py: status.lastVerifiedRecovery, the RecoveryVerified condition, Events)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import base64
 from tests.plugins import plugin
 from tests.unit.test_sampledb_status import conditions, found
 
-verify = plugin("roles/backup/filter_plugins/sampledb_verify.py")
+verify = plugin("roles/backup/filter_plugins/sampledb_base_backup.py")
 status = plugin("roles/status/filter_plugins/sampledb_status.py")
 
 PASSED = "backup_id=20261128T040000 recovered_to=2026-11-28T04:05:09Z timeline=3 databases=3 seconds=41"

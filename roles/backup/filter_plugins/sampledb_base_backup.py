@@ -4,7 +4,11 @@ its Job says of it.
 A physical backup is barman-cloud-backup's copy of a server's data directory to the database's object store (the
 archive's ``base`` beside its ``wals``), between pg_backup_start and pg_backup_stop on that server. Restored with the
 WAL archived since, it brings the database back to any point after its end. A dump (pg_dumpall) is kept for
-portability and major versions.
+portability and major versions. A restore drill (spec.backup.verify: a Job of the database's <name>-verify CronJob
+running verify.sh) restores the newest completed one and the WAL archived since into a scratch volume and replays it;
+it passes when that server promotes and every database in it answers.
+
+Both Jobs say what they did in their termination log: key=value pairs, an error as error=<base64>.
 """
 
 from __future__ import annotations
@@ -77,13 +81,18 @@ def _decoded(value: str) -> str:
         return ""
 
 
+def _said(message: Any) -> dict[str, str]:
+    """A termination log's key=value pairs."""
+    return dict(kv.split("=", 1) for kv in str(message or "").split() if "=" in kv)
+
+
 def sampledb_base_backup_report(messages: Any) -> dict[str, str]:
     """What base-backup.sh wrote to its termination log (key=value pairs), as the SampleDBBackup's status fields
     (``bytes``: the size in bytes), or {'error': why} from a pod whose backup failed; {} when no pod wrote either.
     A pod that succeeded wins over the ones that failed before it."""
     failure = {}
     for message in messages or []:
-        fields = dict(kv.split("=", 1) for kv in str(message or "").split() if "=" in kv)
+        fields = _said(message)
         if fields.get("id"):
             report = {_REPORTED[k]: v for k, v in fields.items() if k in _REPORTED and v}
             if fields.get("retention_error"):
@@ -111,6 +120,59 @@ def sampledb_backups_pruned_by_store(records: Any, oldest_kept: str, location: s
     return out
 
 
+# What verify.sh writes, as the fields of status.lastVerifiedRecovery.
+_DRILL_REPORTED = {"backup_id": "backupId", "recovered_to": "recoveredTo", "timeline": "timeline",
+                   "databases": "databases", "seconds": "seconds"}
+
+
+def _job_condition(job: dict, kind: str) -> dict:
+    return next((c for c in (job.get("status") or {}).get("conditions") or []
+                 if c.get("type") == kind and c.get("status") == "True"), {})
+
+
+def _ended(job: dict) -> tuple[str, str]:
+    """(Passed or Failed, when) for a Job that ended; ('', '') for one that runs."""
+    status = job.get("status") or {}
+    if _job_condition(job, "Complete") or status.get("succeeded"):
+        return "Passed", status.get("completionTime") or _job_condition(job, "Complete").get("lastTransitionTime", "")
+    if failed := _job_condition(job, "Failed"):
+        return "Failed", failed.get("lastTransitionTime", "")
+    return "", ""
+
+
+def _of(job: dict, cronjob: str) -> bool:
+    """Made by that CronJob (not merely labelled like its Jobs)."""
+    return any(ref.get("kind") == "CronJob" and ref.get("name") == cronjob
+               for ref in (job.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def sampledb_verify_report(jobs: Any, pods: Any, cronjob: str) -> dict[str, Any]:
+    """The newest drill Job of ``cronjob`` that ended, as {state: Passed|Failed, job, endedAt} with what its pod said
+    (Passed: backupId, recoveredTo, timeline, databases, seconds; Failed: error, or why there is none); {} when none
+    ended."""
+    ended = [(at, state, job) for job in jobs or [] if _of(job, cronjob)
+             for state, at in [_ended(job)] if state and at]
+    if not ended:
+        return {}
+    at, state, job = max(ended, key=lambda e: e[0])
+    name = job["metadata"]["name"]
+    said = [((c.get("state") or {}).get("terminated") or {}).get("message") or ""
+            for pod in pods or [] if name in [((pod.get("metadata") or {}).get("labels") or {}).get(label)
+                                              for label in ("batch.kubernetes.io/job-name", "job-name")]
+            for c in (pod.get("status") or {}).get("containerStatuses") or []]
+    fields = next((_said(m) for m in said if m.strip()), {})
+    report: dict[str, Any] = {"state": state, "job": name, "endedAt": at}
+    if state == "Passed":
+        report.update({key: fields[k] for k, key in _DRILL_REPORTED.items() if fields.get(k)})
+    else:
+        failed = _job_condition(job, "Failed")
+        why = ": ".join(x for x in (failed.get("reason"), failed.get("message")) if x)
+        report["error"] = (_decoded(fields.get("error", "")) or
+                           (f"the drill's pod left no message ({why or 'killed, or out of memory?'}): "
+                            f"kubectl logs job/{name}, kubectl describe job/{name}"))
+    return report
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -118,4 +180,5 @@ class FilterModule:
             "sampledb_backup_source": sampledb_backup_source,
             "sampledb_base_backup_report": sampledb_base_backup_report,
             "sampledb_backups_pruned_by_store": sampledb_backups_pruned_by_store,
+            "sampledb_verify_report": sampledb_verify_report,
         }
