@@ -1,8 +1,8 @@
 """Continuous archiving to the local cluster's object store (versitygw beside the nodes, barman-cloud in the servers):
 deploy/samples/sampledb-objectstore.yaml as a user applies it archives its WAL, segment by segment, to the store, where
 barman-cloud gets the very bytes back; a second database aimed at the same path is refused, naming the field, and
-writes nothing there; a missing Secret is named while the server runs, which archives once it is there; an outage
-and a failover during it leave no hole. On the cluster of three real nodes, with the operator as deployed."""
+writes nothing there; each setting a user gets wrong is named while the server runs, which archives once it is right;
+an outage and a failover during it leave no hole. On the cluster of three real nodes, with the operator as deployed."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import itertools
 import json
 import re
 import time
+from functools import partial
 
 import yaml
 
@@ -19,19 +20,27 @@ from localcluster.node import OBJECTSTORE_SECRET_KEY
 from tests.kube import Kube, wait_for
 from tests.operator import ROOT
 from tests.realnode import NODES_LANE, POSTGRES_IMAGE, freeze_postmaster, psql_in_server, simple_pod
-from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, events, get, wait_phase
+from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_named, backup_status, events, get, wait_phase
 from tests.writes import Writer
 
 pytestmark = NODES_LANE
 
 SAMPLE = ROOT / "deploy" / "samples" / "sampledb-objectstore.yaml"
 ENDPOINT = "http://versitygw.objectstore.svc:7070"
+STORE = {"endpointURL": ENDPOINT, "bucket": "sampledb", "credentials": {"secretName": "objectstore-keys"}}
 
 
 def keys_secret(kube: Kube, ns: str) -> None:
     """Only the sample's Secret (the local store's keys)."""
     secret = next(d for d in yaml.safe_load_all(SAMPLE.read_text()) if d["kind"] == "Secret")
     kube.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(secret))
+
+
+def one_server(kube: Kube, ns: str, name: str, **spec: object) -> None:
+    """A SampleDB of one small server, ``spec`` over it."""
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "SampleDB", "metadata": {"name": name},
+        "spec": {"version": "15.18", "replicas": 1, "storage": {"size": "1Gi"}, "deletionPolicy": "Delete", **spec}})
 
 
 def condition(kube: Kube, ns: str, name: str, kind: str) -> dict:
@@ -141,13 +150,9 @@ def test_a_second_database_on_an_archive_in_use_is_refused_naming_the_path_and_w
     nodes_sampledb_operator()
     ns = nodes_namespace
     keys_secret(nodes, ns)
-    store = {"endpointURL": ENDPOINT, "bucket": "sampledb", "credentials": {"secretName": "objectstore-keys"}}
 
     def create(name: str, **extra: object) -> None:
-        nodes.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "SampleDB", "metadata": {"name": name},
-            "spec": {"version": "15.18", "replicas": 1, "storage": {"size": "1Gi"}, "deletionPolicy": "Delete",
-                     "backup": {"schedule": "0 0 1 1 *", "objectStore": {**store, **extra}}}})
+        one_server(nodes, ns, name, backup={"schedule": "0 0 1 1 *", "objectStore": {**STORE, **extra}})
 
     create("first")
     first = wait_phase(nodes, ns, "first", timeout=300)["status"]["currentPrimary"]
@@ -167,41 +172,99 @@ def test_a_second_database_on_an_archive_in_use_is_refused_naming_the_path_and_w
     assert psql_in_server(nodes, ns, second, "select archived_count from pg_stat_archiver") == "0"
 
 
-def test_a_missing_keys_secret_is_named_and_the_servers_run_without_it(
-        nodes: Kube, nodes_namespace: str, nodes_sampledb_operator) -> None:
+def test_each_bad_object_store_setting_is_named_in_status_and_loses_nothing(
+        nodes: Kube, nodes_namespace: str, nodes_cluster: LocalCluster, nodes_sampledb_operator) -> None:
+    """spec.backup.objectStore and spec.restoreFrom.objectStore wrong in each way a user gets them wrong: a Secret
+    missing, a key missing, keys the store refuses, a bucket that is not there (never created for them), an endpoint
+    that does not resolve, an archive with no base backup. Each is a condition naming the field to fix; the server runs
+    throughout and loses no row, and once fixed it archives again, with no restart. Deleted with its keys, its final
+    backup is a dump."""
     nodes_sampledb_operator()
     ns = nodes_namespace
-    nodes.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "SampleDB", "metadata": {"name": "nokeys"},
-        "spec": {"version": "15.18", "replicas": 1, "storage": {"size": "1Gi"}, "deletionPolicy": "Delete",
-                 "backup": {"objectStore": {"endpointURL": ENDPOINT, "bucket": "sampledb",
-                                            "credentials": {"secretName": "not-there"}}}}})
+    keys_secret(nodes, ns)
+    store, create = STORE, partial(one_server, nodes, ns)
+
+    # Restores that cannot be, side by side with the rest (their servers wait, each saying why in Degraded).
+    create("from-nothing", restoreFrom={"objectStore": {**store, "sourceName": "never-archived"}})
+    create("from-no-bucket", restoreFrom={"objectStore": {**store, "bucket": "no-such-bucket", "sourceName": "x"}})
+    create("nokeys", backup={"objectStore": {**store, "credentials": {"secretName": "not-there"}}})
     wait_phase(nodes, ns, "nokeys", timeout=300)  # (the Secret's volume is optional: the server runs)
-    missing = wait_condition(nodes, ns, "nokeys", "ContinuousArchiving", "False")
-    assert missing["reason"] == "CredentialsMissing", missing
-    assert missing["message"].startswith("spec.backup.objectStore.credentials: no such Secret (Secret not-there"), missing
-    # A Secret with only one of the keys names the other; with both, archiving begins (no restart needed).
-    nodes.kubectl("-n", ns, "create", "secret", "generic", "not-there", "--from-literal=ACCESS_KEY_ID=sampledb-local")
+    primary = get(nodes, ns, "nokeys")["status"]["currentPrimary"]
+    psql_in_server(nodes, ns, primary, "create table k (id int); insert into k select generate_series(1, 100)")
+
+    def named(reason: str, start: str, timeout: float = 240) -> str:
+        def check() -> str | None:
+            # (a segment completed for the archiver to try again at once, not at its next minute)
+            psql_in_server(nodes, ns, primary, "insert into k values (0); select pg_switch_wal()")
+            found = condition(nodes, ns, "nokeys", "ContinuousArchiving")
+            if (found.get("status"), found.get("reason")) == ("False", reason) and found["message"].startswith(start):
+                return found["message"]
+            poke(nodes, ns, "nokeys")
+            return None
+
+        said = wait_for(f"ContinuousArchiving {reason}: {start}", check, timeout=timeout, interval=5)
+        print(f"{reason}: {said}")
+        return said
+
+    named("CredentialsMissing", "spec.backup.objectStore.credentials: no such Secret (Secret not-there")
+    # A Secret with only one of the keys names the other (the kubelet refreshes a Secret's files within a minute
+    # or so, a ConfigMap's too: nothing restarts).
+    def secret(**keys: str) -> None:
+        nodes.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "not-there"}, "stringData": keys}))
+
+    secret(ACCESS_KEY_ID="sampledb-local")
     wait_for("ContinuousArchiving to name the missing key", lambda: "no key ACCESS_SECRET_KEY" in (
         condition(nodes, ns, "nokeys", "ContinuousArchiving").get("message") or poke(nodes, ns, "nokeys") or ""),
              timeout=120, interval=5)
+    secret(ACCESS_KEY_ID="sampledb-local", ACCESS_SECRET_KEY="not-the-key")
+    named("CredentialsRefused", "spec.backup.objectStore.credentials: the object store at "
+                                f"{ENDPOINT} refused the keys (SignatureDoesNotMatch")
+    secret(ACCESS_KEY_ID="sampledb-local", ACCESS_SECRET_KEY=OBJECTSTORE_SECRET_KEY)
+    assert wait_condition(nodes, ns, "nokeys", "ContinuousArchiving", "True", timeout=300)["reason"] == "ArchivingWorks"
+
+    def edit(**changes: object) -> None:
+        nodes.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "nokeys", {
+            "spec": {"backup": {"objectStore": changes}}})
+
+    edit(bucket="no-such-bucket")
+    named("BucketMissing", f"spec.backup.objectStore.bucket: there is no bucket no-such-bucket at {ENDPOINT}: create it")
+    edit(bucket="sampledb", endpointURL="http://no-store.objectstore.svc:7070")
+    named("StoreUnreachable", "spec.backup.objectStore.endpointURL: the object store at "
+                              "http://no-store.objectstore.svc:7070 does not answer")
+    edit(endpointURL=ENDPOINT)
+    wait_condition(nodes, ns, "nokeys", "ContinuousArchiving", "True", timeout=300)
+    last = switch_and_archive(nodes, ns, primary)
+    assert f"{last}.gz" in archived_files(nodes_cluster, ns, "nokeys")
+
+    def degraded(name: str, start: str) -> str:
+        said = wait_for(f"{name}'s status to say why it does not start", lambda: (
+            m := condition(nodes, ns, name, "Degraded").get("message", "")) and "recovery from" in m and m,
+                        timeout=120, interval=5)
+        assert start in said, said
+        assert condition(nodes, ns, name, "Ready").get("status") != "True"
+        print(f"{name}: {said}")
+        return said
+
+    degraded("from-nothing", f"spec.restoreFrom.objectStore: s3://sampledb/{ns}/never-archived/pg15 holds no "
+                             "completed base backup: check its bucket, path and sourceName")
+    degraded("from-no-bucket", "spec.restoreFrom.objectStore.bucket: there is no bucket no-such-bucket")
+
+    # Nothing was lost or made: the server never restarted, every row is there, no bucket was created.
+    assert psql_in_server(nodes, ns, primary, "select count(*) filter (where id > 0) from k") == "100"
+    server = nodes.core.read_namespaced_pod(primary, ns).status.container_statuses
+    assert next(c for c in server if c.name == "postgres").restart_count == 0
+    assert not (nodes_cluster.node.layout.objectstore / "no-such-bucket").exists()
+
+    # Deleted together with its keys (as `kubectl delete -f` of a file holding both does), deletionPolicy Snapshot: the
+    # final backup is a dump, which needs no keys, and the deletion completes.
+    nodes.kubectl("-n", ns, "patch", "sdb", "nokeys", "--type=merge", "-p", '{"spec":{"deletionPolicy":"Snapshot"}}')
     nodes.kubectl("-n", ns, "delete", "secret", "not-there")
-    nodes.kubectl("-n", ns, "create", "secret", "generic", "not-there", "--from-literal=ACCESS_KEY_ID=sampledb-local",
-                  f"--from-literal=ACCESS_SECRET_KEY={OBJECTSTORE_SECRET_KEY}")
-    primary = get(nodes, ns, "nokeys")["status"]["currentPrimary"]
-
-    def archives() -> bool:  # (the kubelet refreshes the Secret's files in the running server within a minute or so)
-        segment = psql_in_server(nodes, ns, primary, "create table if not exists k (id int); insert into k values (1); "
-                                                      "select pg_walfile_name(pg_switch_wal())")
-        deadline = time.monotonic() + 8
-        while time.monotonic() < deadline:
-            if psql_in_server(nodes, ns, primary, f"select last_archived_wal >= '{segment}' from pg_stat_archiver") == "t":
-                return True
-            time.sleep(1)
-        return False
-
-    wait_for("the server to archive with the Secret's keys", archives, timeout=300, interval=10)
-    assert wait_condition(nodes, ns, "nokeys", "ContinuousArchiving", "True")["reason"] == "ArchivingWorks"
+    nodes.kubectl("-n", ns, "delete", "sdb", "nokeys", "--wait=false")
+    wait_for("nokeys to be deleted after its final backup", lambda: nodes.kubectl(
+        "-n", ns, "get", "sdb", "nokeys", check=False).returncode != 0, timeout=300, interval=3)
+    final = backup_status(nodes, ns, backup_named(nodes, ns, "nokeys", "Final"))
+    assert (final.get("phase"), final.get("method")) == ("Completed", "dump"), final
 
 
 def segments(files: dict[str, tuple[int, int]]) -> dict[int, list[int]]:
@@ -233,7 +296,9 @@ def test_a_failover_during_an_outage_leaves_no_hole_and_a_switchover_archives_it
         during = [psql_in_server(nodes, ns, first, "insert into t select from generate_series(1, 1000); "
                                                    "select pg_walfile_name(pg_switch_wal())") for _ in range(2)]
         failing = wait_condition(nodes, ns, "ledger", "ContinuousArchiving", "False")
-        assert failing["reason"] == "ArchivingFailing", failing
+        assert failing["reason"] == "StoreUnreachable", failing
+        assert failing["message"].startswith(f"spec.backup.objectStore.endpointURL: the object store at {ENDPOINT} "
+                                             "does not answer"), failing
         print(f"while the store is down: {failing['message']}")
         archive = get(nodes, ns, "ledger")["status"]["archive"]
         assert archive["waitingSegments"] >= 2 and archive["lastError"], archive
@@ -288,9 +353,10 @@ def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
     primary = db["status"]["currentPrimary"]
     switch_and_archive(nodes, ns, primary)
     wait_condition(nodes, ns, "ledger", "ContinuousArchiving", "True")
-    # Restore drills every minute: the first ones find no base backup to restore, and say so
-    nodes.kubectl("-n", ns, "patch", "sdb", "ledger", "--type=merge", "-p",
-                  json.dumps({"spec": {"backup": {"verify": {"schedule": "* * * * *"}}}}))
+    # Restore drills every minute: the first ones find no base backup to restore, and say so (the sample's nightly
+    # base backup moved out of the way: a run across 00:30 UTC would take one)
+    nodes.kubectl("-n", ns, "patch", "sdb", "ledger", "--type=merge", "-p", json.dumps(
+        {"spec": {"backup": {"schedule": "0 0 1 1 *", "verify": {"schedule": "* * * * *"}}}}))
     failed = wait_condition(nodes, ns, "ledger", "RecoveryVerified", "False", timeout=300)
     assert failed["reason"] == "DrillFailed" and "no completed base backup" in failed["message"], failed
     # (the status role writes the condition, then the Event)
@@ -352,8 +418,8 @@ def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
 
 def test_a_database_recovered_from_anothers_archive_to_a_time_holds_exactly_the_rows_committed_before_it(
         nodes: Kube, nodes_namespace: str, nodes_cluster: LocalCluster, nodes_sampledb_operator) -> None:
-    """Point-in-time recovery into three servers, the writer running throughout: a base backup, a time T, another
-    base backup; a new SampleDB restored from the first one's archive to T holds, on every server, every row
+    """Point-in-time recovery into three servers, the writer running throughout: a base backup, the object store down
+    for a minute (archiving False, the backlog archived once it is back), a time T, another base backup; a new SampleDB restored from the first one's archive to T holds, on every server, every row
     acknowledged before T and none sent after it, runs on a new timeline with its replicas streaming, archives to its
     own path (the source's archive gets none of its WAL), and takes writes."""
     nodes_sampledb_operator()
@@ -372,6 +438,22 @@ def test_a_database_recovered_from_anothers_archive_to_a_time_holds_exactly_the_
 
     base_backup("before")
     writer.wait_for_more(50)
+    # The object store down for a minute while the writer writes: archiving fails and says so, the WAL waits on the
+    # primary, and is archived once the store is back; the recovery to T below replays through that minute.
+    print(nodes_cluster.objectstore(StoreAction.STOP))
+    try:
+        down = time.time()
+        failing = wait_condition(nodes, ns, "ledger", "ContinuousArchiving", "False", timeout=240)
+        print(f"the store down: {failing['reason']}: {failing['message']}")
+        time.sleep(max(0.0, 60 - (time.time() - down)))
+    finally:
+        print(nodes_cluster.objectstore(StoreAction.START))
+    up = time.time()
+    wait_for("the backlog archived", lambda: (
+        (get(nodes, ns, "ledger")["status"].get("archive") or {}).get("waitingSegments") == 0
+        and condition(nodes, ns, "ledger", "ContinuousArchiving").get("status") == "True") or poke(nodes, ns, "ledger"),
+             timeout=300, interval=5)
+    writer.wait_for_more(20)
     target = time.time()
     writer.wait_for_more(50)
     base_backup("after")
@@ -381,6 +463,8 @@ def test_a_database_recovered_from_anothers_archive_to_a_time_holds_exactly_the_
     # every attempt's time: a row is sent after the previous one's attempt ended
     attempts = sorted({**writes.acked, **writes.failed}.items())
     must = writes.acked_before(target)
+    during = {seq for seq, at in writes.acked.items() if down <= at <= up}
+    assert len(during) >= 10 and during <= set(must), "the writer wrote while the store was down"
     must_not = {seq for (_, before), (seq, _) in itertools.pairwise(attempts) if before > target}
     assert must and must_not, "the writer wrote on both sides of the target"
 

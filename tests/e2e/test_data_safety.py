@@ -4,13 +4,16 @@ polls every server and no two may accept writes at the same time (tests/writes.p
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
+import yaml
 
 from kubectl_sampledb.sql import lsn
 from localcluster import images
 from tests.kube import Kube, wait_for
+from tests.operator import ROOT
 from tests.realnode import (
     DATABASE_LANE,
     POSTGRES_IMAGE,
@@ -23,8 +26,27 @@ from tests.realnode import (
     thaw_postmaster,
     wait_sql,
 )
-from tests.sampledb import GROUP, PLURAL, VERSION, backup, backup_status, events, get, roles, wait_phase
+from tests.sampledb import (
+    BACKUPS,
+    GROUP,
+    PLURAL,
+    RARE_SCHEDULE,
+    VERSION,
+    backup,
+    backup_status,
+    events,
+    get,
+    roles,
+    wait_phase,
+)
 from tests.writes import Writer, assert_safe, kill_operator_mid_change, table_rows, under_writes
+
+OBJECTSTORE_SAMPLE = ROOT / "deploy" / "samples" / "sampledb-objectstore.yaml"
+
+
+def backups(kube: Kube, namespace: str) -> set[str]:
+    return {b["metadata"]["name"] for b in kube.custom.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, BACKUPS)["items"]}
 
 pytestmark = DATABASE_LANE
 
@@ -179,12 +201,19 @@ def test_a_major_upgrade_under_writes_keeps_every_acknowledged_row(
     """15 → 18 by dump and load: the old server is fenced (only the superuser and the replicas may connect, every
     other session ended) before the dump, and the new one until the dump is loaded, so a write is either refused or in
     the new version.
-    The operator is killed (SIGKILL) while the dump runs, and a new one carries on."""
+    The operator is killed (SIGKILL) while the dump runs, and a new one carries on.
+    Archiving to the object store goes on, in the new major's own archive beside the old one's, which gets a base
+    backup of its own at once: the recoverable range starts again there."""
     operator = real_sampledb_operator()
     ns = real_namespace
     old, new = images.POSTGRES_VERSIONS[0], images.POSTGRES_VERSIONS[-1]
     assert old.split(".")[0] != new.split(".")[0]
-    _, servers, checker, writer = under_writes(real, ns, "mj", replicas=2, version=old)
+    keys = next(d for d in yaml.safe_load_all(OBJECTSTORE_SAMPLE.read_text()) if d["kind"] == "Secret")
+    real.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(keys))
+    store = {**next(d for d in yaml.safe_load_all(OBJECTSTORE_SAMPLE.read_text())
+                    if d["kind"] == "SampleDB")["spec"]["backup"]["objectStore"]}
+    _, servers, checker, writer = under_writes(real, ns, "mj", replicas=2, version=old,
+                                               backup={"schedule": RARE_SCHEDULE, "objectStore": store})
     writer.wait_for_more(10)
 
     asked = time.time()
@@ -204,6 +233,23 @@ def test_a_major_upgrade_under_writes_keeps_every_acknowledged_row(
     assert psql_in_server(real, ns, primary, "show server_version").startswith(new)
     refused = [seq for seq, why in writes.reasons.items() if "pg_hba.conf rejects connection" in why]
     assert refused, "the writer was never refused: the fence was not seen"
+    # The new major archives apart (its WAL names begin again), and its first base backup is taken for it.
+    uid = get(real, ns, "mj")["metadata"]["uid"]
+    post = f"mj-post-{new.replace('.', '-')}-{uid[:8]}"
+    based = wait_for(f"the new major's base backup {post}", lambda: (
+        st := backup_status(real, ns, post) if post in backups(real, ns) else {}).get("phase") in ("Completed", "Failed")
+        and st, timeout=420, interval=3)
+    new_major = new.split(".")[0]
+    assert (based["phase"], based["method"]) == ("Completed", "physical"), based
+    assert f"/{ns}/mj/pg{new_major}/base/" in based["location"], based
+    recoverable = wait_for("the recoverable range of the new major", lambda: (
+        (st := get(real, ns, "mj")["status"]).get("firstRecoverabilityPoint") and st.get("lastRecoverabilityPoint")
+        and (st.get("archive") or {}).get("destination", "").endswith(f"/pg{new_major}") and st), timeout=240,
+                           interval=5)
+    archiving = next(c for c in recoverable["conditions"] if c["type"] == "ContinuousArchiving")
+    assert archiving["status"] == "True", archiving
+    assert recoverable["firstRecoverabilityPoint"] >= time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(done - 120)), \
+        recoverable
     print(f"major upgrade {old} → {new}: {done - asked:.1f} s asked → Ready; write downtime (longest gap) "
           f"{writes.longest_gap():.1f} s; {len(writes.acked)} rows acknowledged, {len(writes.failed)} attempts failed "
           f"({len(refused)} refused by the fence)")

@@ -24,9 +24,14 @@ LISTED = {"backups_list": [{"backup_id": "20261128T040000", "status": "DONE",
 BOTO3 = """import os
 
 
+from botocore.exceptions import ClientError
+
+
 class _Client:
     def list_objects_v2(self, Bucket, Prefix, StartAfter="", MaxKeys=1000):
         assert Bucket == "b"
+        if os.environ.get("FAKE_S3_ERROR"):  # (S3's answer to keys it does not take, as botocore raises it)
+            raise ClientError({{"Error": {{"Code": os.environ["FAKE_S3_ERROR"], "Message": "not these keys"}}}})
         keys = sorted(f"ns/db/pg15/wals/{{n[:16]}}/{{n}}.gz" for n in os.listdir("{archive}"))
         return {{"Contents": [{{"Key": k}} for k in keys if k.startswith(Prefix) and k > StartAfter][:MaxKeys]}}
 
@@ -40,14 +45,17 @@ def drill_box(tmp: Path, base: Path, archive: Path) -> tuple[Path, dict[str, str
     """/etc/sampledb as the ConfigMap lays it out, the keys, fakes of barman-cloud on PATH, the scratch directory."""
     box = _tree(tmp / "drill", USER)
     etc, keys, bin_dir, scratch = (_tree(box / d, USER) for d in ("etc", "keys", "bin", "scratch"))
-    for name in ("verify.sh", "replay.sh", "objectstore.sh", "choose-base-backup.py", "wal-beyond.py"):
+    for name in ("verify.sh", "replay.sh", "objectstore.sh", "choose-base-backup.py", "store.py"):
         shutil.copy(FILES / name, etc / name)
-    # (boto3, as wal-beyond.py uses it: the archive directory listed as barman-cloud lays WAL out in the store)
+    # (boto3, as store.py uses it: the archive directory listed as barman-cloud lays WAL out in the store)
     fake = _tree(box / "pylib", USER)
     for package, body in {"botocore": "", "boto3": BOTO3.format(archive=archive)}.items():
         _tree(fake / package, USER)
         (fake / package / "__init__.py").write_text(body)
     (fake / "botocore" / "config.py").write_text("class Config:\n    def __init__(self, **_):\n        pass\n")
+    (fake / "botocore" / "exceptions.py").write_text(
+        "class BotoCoreError(Exception):\n    pass\n\n\nclass ClientError(Exception):\n"
+        "    def __init__(self, response):\n        super().__init__(str(response))\n        self.response = response\n")
     (etc / "postgresql.conf").write_text("max_connections = 20\narchive_mode = always\n"
                                          "archive_command = '/bin/false'\n")
     (etc / "objectstore.env").write_text(
@@ -139,4 +147,17 @@ def test_a_drill_without_a_completed_base_backup_fails_saying_so(make_server, tm
         {"backups_list": [{"backup_id": "20261128T050000", "status": "FAILED"}]})}, check=False)
     assert done.returncode == 1
     said = base64.b64decode((box / "termination-log").read_text().strip().removeprefix("error=")).decode()
-    assert said == "there is no completed base backup in this archive"
+    assert said == ("spec.backup.objectStore: s3://b/ns/db/pg15 holds no completed base backup: check its bucket, path "
+                    "and sourceName, and that the source took a physical backup there"), said
+
+
+def test_a_drill_with_keys_the_store_refuses_names_the_credentials_and_restores_nothing(make_server, tmp_path) -> None:  # noqa: F811
+    server: Server = make_server(PG15, "tools", init=False)
+    box, env = drill_box(tmp_path, tmp_path / "none", _tree(tmp_path / "archive", USER))
+    done = server.run("bash", f"{box}/etc/verify.sh", extra={**env, "FAKE_S3_ERROR": "SignatureDoesNotMatch"},
+                      check=False)
+    assert done.returncode == 1
+    said = base64.b64decode((box / "termination-log").read_text().strip().removeprefix("error=")).decode()
+    assert said.startswith("spec.backup.objectStore.credentials: the object store at http://store:7070 refused the "
+                           "keys (SignatureDoesNotMatch: not these keys)"), said
+    assert not (box / "calls").exists()  # (barman-cloud never called)

@@ -11,6 +11,7 @@ from tests.unit.test_sampledb_status import conditions, found
 
 archive = plugin("roles/common/filter_plugins/sampledb_archive.py")
 status = plugin("roles/status/filter_plugins/sampledb_status.py")
+store_py = plugin("roles/provision/files/store.py")
 
 STORE = {"endpointURL": "http://versitygw.objectstore.svc:7070/", "bucket": "sampledb",
          "credentials": {"secretName": "s3-keys"}}
@@ -31,6 +32,7 @@ def test_the_archive_is_at_namespace_and_name_unless_a_path_is_given_each_major_
     assert env["SAMPLEDB_S3_URL"] == "s3://sampledb/shop/orders"
     assert env["SAMPLEDB_S3_COMPRESSION"] == "gzip" and env["SAMPLEDB_S3_REGION"] == "us-east-1"
     assert (env["SAMPLEDB_S3_CALL_SECONDS"], env["SAMPLEDB_STANDBY_HOLD_MB"]) == ("30", "1024")
+    assert env["SAMPLEDB_S3_FIELD"] == "spec.backup.objectStore"  # (what the scripts' messages name)
     deep = archive.sampledb_objectstore({**STORE, "path": "team/a/orders", "compression": "none"}, "shop", "orders",
                                         "18.6", 512, 20)
     assert (deep["url"], deep["location"]) == ("s3://sampledb/team/a/orders", "s3://sampledb/team/a/orders/pg18")
@@ -45,6 +47,29 @@ def test_the_keys_are_never_in_the_settings_the_servers_read() -> None:
                                                                     "secretAccessKeyKey": "sk"}}, "ns", "db")
     assert (store["access_key_key"], store["secret_key_key"]) == ("id", "sk")
     assert "id" not in env_of(store).values() and "sk" not in env_of(store).values()
+
+
+def test_the_store_s_answer_names_the_field_to_fix() -> None:
+    def said(code: str, detail: str = "x") -> str:
+        return store_py.problem(code, detail, "spec.restoreFrom.objectStore", "orders", "http://s3.local:9000")
+
+    assert said("SignatureDoesNotMatch", "The request signature\n we calculated").startswith(
+        "spec.restoreFrom.objectStore.credentials: the object store at http://s3.local:9000 refused the keys "
+        "(SignatureDoesNotMatch: The request signature we calculated)")
+    assert said("InvalidAccessKeyId").startswith("spec.restoreFrom.objectStore.credentials: ")
+    assert said("403").startswith("spec.restoreFrom.objectStore.credentials: ")  # (a HEAD's answer: no code)
+    # (a store's own code for keys it does not take, by its HTTP status; versitygw's for a key it does not know)
+    assert store_py.problem("UnknownUser", "No user", "f", "b", "s", 403).startswith("f.credentials: ")
+    assert store_py.problem("XAdminUserNotFound", "No user", "f", "b", "s", 404).startswith("f.credentials: ")
+    assert said("NoSuchBucket") == ("spec.restoreFrom.objectStore.bucket: there is no bucket orders at "
+                                    "http://s3.local:9000: create it, or name one that exists (SampleDB does not "
+                                    "create buckets)")
+    assert said("", 'Could not connect to the endpoint URL: "http://s3.local:9000/orders?list-type=2"').startswith(
+        "spec.restoreFrom.objectStore.endpointURL: the object store at http://s3.local:9000 does not answer (Could "
+        "not connect to the endpoint URL): check the URL")
+    assert said("AuthorizationHeaderMalformed").startswith("spec.restoreFrom.objectStore.region: ")
+    assert said("InternalError", "y" * 500).startswith("spec.restoreFrom.objectStore: the object store at ")
+    assert len(said("InternalError", "y" * 500)) < 250  # (the store's words shortened: the fix must show)
 
 
 def report(**fields: object) -> str:
@@ -84,6 +109,13 @@ def test_a_failure_newer_than_the_last_success_is_reported_with_its_message() ->
     # (the destination the primary reports: its own major's)
     assert taken["message"].startswith("spec.backup.objectStore.path: s3://sampledb/ns/db/pg15 already holds WAL of "
                                        "another database")
+    # a failure the store's own answer pins on a field: that field first, with its own reason
+    for field, reason in {"credentials": "CredentialsRefused", "bucket": "BucketMissing",
+                          "endpointURL": "StoreUnreachable"}.items():
+        said = f"spec.backup.objectStore.{field}: what is wrong"
+        named = archive.sampledb_archive_report(report(error_at=995, error=b64(said)), "s3://sampledb/ns/db")
+        assert (named["healthy"], named["reason"]) == (False, reason)
+        assert named["message"] == f"{said} (archiving to s3://sampledb/ns/db/pg15)"
     # a failure that left no message is a failure all the same
     silent = archive.sampledb_archive_report(report(error_at=995, error=""), "s3://x/y")
     assert silent["healthy"] is False and silent["lastError"] == "failed without a message"
@@ -127,6 +159,13 @@ def test_the_last_recoverability_point_is_the_newest_segment_archived_once_a_bas
     # the object store removed: no point at all
     was = {**backed_up, "lastRecoverabilityPoint": "1970-01-01T00:16:30Z"}
     assert status.sampledb_status(found(status=was))["status"]["lastRecoverabilityPoint"] is None
+    # a major upgrade done: the range was the old major's archive; the new one's begins with its own base backup
+    upgraded = status.sampledb_status(found(archive=healthy, status=was, upgrade_completed=True, upgrade_from="15.18",
+                                            upgrade_to="18.1"))["status"]
+    assert upgraded["firstRecoverabilityPoint"] is None and upgraded["lastRecoverabilityPoint"] is None
+    minor = status.sampledb_status(found(archive=healthy, status=was, upgrade_completed=True, upgrade_from="15.18",
+                                         upgrade_to="15.20"))["status"]
+    assert "firstRecoverabilityPoint" not in minor and minor["lastRecoverabilityPoint"] == "1970-01-01T00:16:30Z"
 
 
 def test_a_failing_archive_is_an_event_once_and_its_recovery_another() -> None:
@@ -181,6 +220,7 @@ def test_a_recovery_reads_the_sources_archive_with_its_own_keys_and_the_target_a
     assert source["keys_dir"] != own["keys_dir"] and "error" not in source
     env = env_of(source)
     assert env["SAMPLEDB_S3_KEYS"] == source["keys_dir"]
+    assert env["SAMPLEDB_S3_FIELD"] == "spec.restoreFrom.objectStore"  # (what the recovery's messages name)
     # (PostgreSQL refuses a zone abbreviation, Z included, in recovery_target_time)
     assert env["SAMPLEDB_RECOVERY_TARGET_TIME"] == "2026-11-28 10:15:00.5+00:00"
     assert source["target"] == "targetTime 2026-11-28T10:15:00.5Z"

@@ -145,7 +145,7 @@ def sampledb_restart_hash(configmap_data, restart_parameters):
     data.pop("objectstore.env", None)  # (read by archive.sh at each WAL file: a new store needs no restart)
     data.pop("recovery.env", None)  # (read once, by the recovery that makes the database)
     # (run by the physical backups' and the restore drills' Jobs, or once by the recovery that makes the database)
-    for script in ("base-backup.sh", "verify.sh", "replay.sh", "choose-base-backup.py", "wal-beyond.py"):
+    for script in ("base-backup.sh", "verify.sh", "replay.sh", "choose-base-backup.py", "store.py"):
         data.pop(script, None)
     names = set(restart_parameters or [])
     kept = [line for line in conf.splitlines() if line.split("=", 1)[0].strip() in names]

@@ -19,12 +19,16 @@ RESTORE_KEYS_DIR = "/etc/sampledb-s3/restore"
 TARGETS = {"targetTime": "SAMPLEDB_RECOVERY_TARGET_TIME", "targetLSN": "SAMPLEDB_RECOVERY_TARGET_LSN",
            "targetXID": "SAMPLEDB_RECOVERY_TARGET_XID", "targetName": "SAMPLEDB_RECOVERY_TARGET_NAME",
            "backupID": "SAMPLEDB_RECOVERY_BACKUP_ID"}
+# ContinuousArchiving's reason when archive.sh's error names a field of spec.backup.objectStore (store.py probe)
+FIELD_REASONS = {"credentials": "CredentialsRefused", "bucket": "BucketMissing", "endpointURL": "StoreUnreachable",
+                 "region": "WrongRegion"}
 ACCESS_KEY_FILE = "ACCESS_KEY_ID"
 SECRET_KEY_FILE = "ACCESS_SECRET_KEY"
 
 
 def sampledb_objectstore(spec: Any, namespace: str, name: str, major: Any = "", standby_hold_mb: Any = 1024,
-                         call_seconds: Any = 30, keys_dir: str = KEYS_DIR, retention_policy: Any = "") -> dict[str, Any]:
+                         call_seconds: Any = 30, keys_dir: str = KEYS_DIR, retention_policy: Any = "",
+                         field: str = "spec.backup.objectStore") -> dict[str, Any]:
     """spec.backup.objectStore as the servers use it ({} when unset): ``url`` (barman-cloud's: each major version's
     archive is the server ``pg<major>`` below it, which archive.sh names from its image's PG_MAJOR), ``location``
     (where this major's archive is, for people), the Secret and its two keys, and ``env``: objectstore.env, the
@@ -42,6 +46,7 @@ def sampledb_objectstore(spec: Any, namespace: str, name: str, major: Any = "", 
         "SAMPLEDB_S3_COMPRESSION": "" if compression == "none" else compression,
         "SAMPLEDB_S3_KEYS": keys_dir,
         "SAMPLEDB_S3_CALL_SECONDS": str(int(call_seconds)),
+        "SAMPLEDB_S3_FIELD": field,  # (what a message about these settings names)
         "SAMPLEDB_STANDBY_HOLD_MB": str(int(standby_hold_mb)),
     }
     if _recovery_window(retention_policy):
@@ -79,7 +84,7 @@ def sampledb_recovery_source(restore_from: Any, namespace: str, major: Any = "",
     if not isinstance(spec, dict) or not spec.get("bucket"):
         return {}
     source = sampledb_objectstore(spec, namespace, str(spec.get("sourceName") or ""), major,
-                                  call_seconds=call_seconds, keys_dir=RESTORE_KEYS_DIR)
+                                  call_seconds=call_seconds, keys_dir=RESTORE_KEYS_DIR, field="spec.restoreFrom.objectStore")
     extra = {var: str(restore_from[key]) for key, var in TARGETS.items() if restore_from.get(key) not in (None, "")}
     if "SAMPLEDB_RECOVERY_TARGET_TIME" in extra:
         # (PostgreSQL refuses a zone abbreviation in recovery_target_time, Z included: an offset it takes, as barman)
@@ -145,10 +150,16 @@ def sampledb_archive_report(text: Any, location: str = "", server: str = "") -> 
         error = _decoded(fields.get("error", "")) or "failed without a message"
         report["lastError"] = error
         report["lastErrorAt"] = _epoch_iso(fields.get("error_at", ""))
-        reason = "ArchiveNotEmpty" if "Expected empty archive" in error else "ArchivingFailing"
-        message = (f"spec.backup.objectStore.path: {location} already holds WAL of another database (or of an "
-                   f"earlier one of this name): an archive holds one database's WAL; choose another path"
-                   if reason == "ArchiveNotEmpty" else f"archiving to {location} fails: {error}")
+        reason = "ArchiveNotEmpty" if "Expected empty archive" in error else next(
+            (r for field, r in FIELD_REASONS.items() if error.startswith(f"spec.backup.objectStore.{field}: ")),
+            "ArchivingFailing")
+        if reason == "ArchiveNotEmpty":
+            message = (f"spec.backup.objectStore.path: {location} already holds WAL of another database (or of an "
+                       f"earlier one of this name): an archive holds one database's WAL; choose another path")
+        elif error.startswith("spec."):  # (store.py named the field to fix)
+            message = f"{error} (archiving to {location})"
+        else:
+            message = f"archiving to {location} fails: {error}"
         report.update(healthy=False, reason=reason, message=message)
         return report
     if report["gapFrom"]:

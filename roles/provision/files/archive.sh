@@ -116,12 +116,16 @@ objectstore_keys ||
   failed 1 "the object store's keys are not readable in $SAMPLEDB_S3_KEYS: see spec.backup.objectStore.credentials"
 # (a call that times out, 124 or 137, becomes this script's 1, as every failure does)
 
+# (a failed call is explained by the store's own answer when it names a field: keys refused, no bucket, no answer)
 if [ "$(cat "$marker" 2>/dev/null)" != "$destination" ]; then
+  # (barman would create a bucket that is not there: a typo's, or one these keys may not make)
+  problem=$(store_problem)
+  [ -z "$problem" ] || failed 1 "$problem"
   out=$(timeout -k 5 "$limit" barman-cloud-check-wal-archive "${s3_args[@]}" "$SAMPLEDB_S3_URL" "pg$major" 2>&1) ||
-    failed $? "$out"
+    { rc=$?; [[ $rc == 124 || $rc == 137 ]] || out=$(explained "$out"); failed $rc "$out"; }
   printf '%s\n' "$destination" >"$marker.tmp" && mv -f "$marker.tmp" "$marker" || failed 1 "cannot write $marker"
 fi
 out=$(timeout -k 5 "$limit" barman-cloud-wal-archive "${s3_args[@]}" "${compress[@]}" "$SAMPLEDB_S3_URL" \
-  "pg$major" "$wal_path" 2>&1) || failed $? "$out"
+  "pg$major" "$wal_path" 2>&1) || { rc=$?; [[ $rc == 124 || $rc == 137 ]] || out=$(explained "$out"); failed $rc "$out"; }
 record "$ok_file" "$(date +%s) $wal"
 rm -f "$error_file"

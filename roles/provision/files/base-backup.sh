@@ -39,7 +39,7 @@ fi
 wait_for_fence >&2 || fail "the server $PGHOST did not fence its clients ($REQUIRE_FENCE) within ${PG_WAIT_SECONDS:-300}s"
 log=$(barman-cloud-backup "${s3_args[@]}" "${compress[@]}" --immediate-checkpoint --name "$name" \
   --host "$PGHOST" --port "${PGPORT:-5432}" --user "${PGUSER:-postgres}" --dbname postgres \
-  "$SAMPLEDB_S3_URL" "$server" 2>&1) || fail "$log"
+  "$SAMPLEDB_S3_URL" "$server" 2>&1) || fail "$(explained "$log")"
 # spec.backup.retentionPolicy: the base backups (and the WAL only they need) that no recovery in the window needs go,
 # now that a newer one is there. A failure here leaves the backup done and says so.
 retention=""

@@ -8,7 +8,10 @@
 #   objectstore_keys       exports the keys and the region, and sets s3_args, compress and limit (1 when a key file
 #                          cannot be read)
 #   redacted TEXT          TEXT's last line that says something, the keys replaced, barman's timestamp and pid cut,
-#                          at most 300 characters
+#                          at most 500 characters
+#   store_problem          what is wrong with the settings, naming the spec field (store.py probe), or nothing
+#   explained TEXT         after a failed barman-cloud call that printed TEXT: store_problem's sentence when it finds
+#                          one (barman's words for a refused key or a missing bucket are any error's), else TEXT
 objectstore_env=$(dirname "${BASH_SOURCE[0]}")/objectstore.env
 objectstore_settings() {
   local file=${1:-$objectstore_env}
@@ -34,5 +37,21 @@ redacted() {
   [ -n "${AWS_ACCESS_KEY_ID:-}" ] && message=${message//"$AWS_ACCESS_KEY_ID"/<access key id>}
   # (an empty message is an empty answer, never a failure: callers run with errexit and pipefail)
   { printf '%s' "$message" | grep -v '^\s*$' || true; } | tail -n 1 |
-    sed -E 's/^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:,]+ \[[0-9]+\] [A-Z]+: //' | cut -c1-300
+    sed -E 's/^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:,]+ \[[0-9]+\] [A-Z]+: //' | cut -c1-500
+}
+store_problem() {
+  local said rc=0
+  said=$(SAMPLEDB_S3_URL=$SAMPLEDB_S3_URL SAMPLEDB_S3_ENDPOINT=${SAMPLEDB_S3_ENDPOINT:-} \
+    SAMPLEDB_S3_REGION=${SAMPLEDB_S3_REGION:-} SAMPLEDB_S3_FIELD=${SAMPLEDB_S3_FIELD:-} timeout -k 5 "$limit" \
+    "${BARMAN_PYTHON:-/opt/barman/bin/python}" "$(dirname "${BASH_SOURCE[0]}")/store.py" probe 2>&1) || rc=$?
+  case $rc in
+    0) redacted "$said" ;;
+    124|137) echo "${SAMPLEDB_S3_FIELD:-spec.backup.objectStore}.endpointURL: the object store at ${SAMPLEDB_S3_ENDPOINT:-AWS S3} does not answer within ${limit}s" ;;
+    *) echo "store.py probe failed: $(redacted "$said")" >&2 ;;  # (barman's own message stands)
+  esac
+}
+explained() {
+  local problem
+  problem=$(store_problem)
+  if [ -n "$problem" ]; then printf '%s\n' "$problem"; else printf '%s\n' "$1"; fi
 }

@@ -13,11 +13,17 @@ replay_pid="" replay_backup_id=""
 replay_archive() {
   local new=$1 boot=$2 log_file=$3 name=$4 store_server listing answer ready_for=0 waited=0 opts=()
   store_server=pg$(postgres --version | sed -E 's/^[^0-9]*([0-9]+).*$/\1/')
+  answer=$(store_problem)
+  [ -z "$answer" ] || recovery_failed "$answer"
   listing=$(timeout -k 5 "$limit" barman-cloud-backup-list "${s3_args[@]}" --format json "$SAMPLEDB_S3_URL" "$store_server" 2>&1) ||
-    recovery_failed "barman-cloud-backup-list: $listing"
+    recovery_failed "barman-cloud-backup-list: $(explained "$listing")"
   replay_backup_id=$(printf '%s' "$listing" | "${BARMAN_PYTHON:-/opt/barman/bin/python}" "$CONF/choose-base-backup.py" \
     "${SAMPLEDB_RECOVERY_BACKUP_ID:-}" "${SAMPLEDB_RECOVERY_TARGET_TIME:-}" "${SAMPLEDB_RECOVERY_TARGET_LSN:-}" 2>&1) ||
     recovery_failed "the base backup could not be chosen: $replay_backup_id"
+  # (an archive with no base backup at all: most often a path or a source's name that is not the archive meant)
+  [[ $replay_backup_id != "error: there is no completed base backup"* ]] || recovery_failed "${SAMPLEDB_S3_FIELD:-spec.backup.objectStore}: \
+$SAMPLEDB_S3_URL/$store_server holds no completed base backup: check its bucket, path and sourceName, and that the source \
+took a physical backup there"
   [[ $replay_backup_id != error:* ]] || recovery_failed "${replay_backup_id#error: }"
   rm -rf "$new" "$boot" "$log_file"
   echo "replay.sh: recovering from $SAMPLEDB_S3_URL/$store_server: base backup $replay_backup_id" >&2
@@ -92,7 +98,7 @@ SCRIPT
     local beyond rc=0 lacked later
     beyond=$(SAMPLEDB_S3_URL=$SAMPLEDB_S3_URL SAMPLEDB_S3_ENDPOINT=${SAMPLEDB_S3_ENDPOINT:-} \
       SAMPLEDB_S3_SERVER=$store_server timeout -k 5 "$limit" "${BARMAN_PYTHON:-/opt/barman/bin/python}" \
-      "$CONF/wal-beyond.py" $(<"$boot/missing") 2>&1) || rc=$?
+      "$CONF/store.py" beyond $(<"$boot/missing") 2>&1) || rc=$?
     [ "$rc" -ne 124 ] || recovery_failed "the archive's WAL could not be listed within ${limit}s"
     [ "$rc" -eq 0 ] || recovery_failed "the archive's WAL could not be listed: $(redacted "$beyond")"
     read -r lacked later <<<"$beyond"

@@ -76,7 +76,7 @@ def sampledb_server_problems(pods: Any) -> list[str]:
             if reason and reason not in ON_ITS_WAY:
                 # (a container that keeps ending: why it ended last, when it said so, rather than the back-off)
                 said = ((c.get("lastState") or {}).get("terminated") or {}).get("message") or ""
-                message = " ".join(str(said or waiting.get("message") or "").split())[:300]
+                message = " ".join(str(said or waiting.get("message") or "").split())[:600]
                 out.append(f"{name}: {c.get('name', '')} {reason}" + (f" ({message})" if message else ""))
     return out
 
@@ -329,6 +329,9 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
         report["lastRecoverabilityPoint"] = until
     elif not f["archive"] and status.get("lastRecoverabilityPoint"):  # (the object store removed)
         report["lastRecoverabilityPoint"] = None
+    if f["upgrade_completed"] and f["upgrade_from"].split(".")[0] != f["upgrade_to"].split(".")[0]:
+        # (the recoverable range was the old major's archive: the new one's begins with its first base backup)
+        report.update(firstRecoverabilityPoint=None, lastRecoverabilityPoint=None)
     identity = found.get("identity") or {}
     if isinstance(identity, dict) and (identity.get("systemIdentifier") or identity.get("error")) and \
             identity.get("checkedAt"):
