@@ -4,16 +4,14 @@ polls every server and no two may accept writes at the same time (tests/writes.p
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
-import yaml
 
 from kubectl_sampledb.sql import lsn
 from localcluster import images
 from tests.kube import Kube, wait_for
-from tests.operator import ROOT
+from tests.objectstore import STORE, keys_secret
 from tests.realnode import (
     DATABASE_LANE,
     POSTGRES_IMAGE,
@@ -27,12 +25,12 @@ from tests.realnode import (
     wait_sql,
 )
 from tests.sampledb import (
-    BACKUPS,
     GROUP,
     PLURAL,
     RARE_SCHEDULE,
     VERSION,
     backup,
+    backup_named,
     backup_status,
     events,
     get,
@@ -40,13 +38,6 @@ from tests.sampledb import (
     wait_phase,
 )
 from tests.writes import Writer, assert_safe, kill_operator_mid_change, table_rows, under_writes
-
-OBJECTSTORE_SAMPLE = ROOT / "deploy" / "samples" / "sampledb-objectstore.yaml"
-
-
-def backups(kube: Kube, namespace: str) -> set[str]:
-    return {b["metadata"]["name"] for b in kube.custom.list_namespaced_custom_object(
-        GROUP, VERSION, namespace, BACKUPS)["items"]}
 
 pytestmark = DATABASE_LANE
 
@@ -208,13 +199,13 @@ def test_a_major_upgrade_under_writes_keeps_every_acknowledged_row(
     ns = real_namespace
     old, new = images.POSTGRES_VERSIONS[0], images.POSTGRES_VERSIONS[-1]
     assert old.split(".")[0] != new.split(".")[0]
-    keys = next(d for d in yaml.safe_load_all(OBJECTSTORE_SAMPLE.read_text()) if d["kind"] == "Secret")
-    real.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(keys))
-    store = {**next(d for d in yaml.safe_load_all(OBJECTSTORE_SAMPLE.read_text())
-                    if d["kind"] == "SampleDB")["spec"]["backup"]["objectStore"]}
+    keys_secret(real, ns)
     _, servers, checker, writer = under_writes(real, ns, "mj", replicas=2, version=old,
-                                               backup={"schedule": RARE_SCHEDULE, "objectStore": store})
+                                               backup={"schedule": RARE_SCHEDULE, "objectStore": STORE})
     writer.wait_for_more(10)
+    backup(real, ns, "mj-base", database="mj")  # (physical: the old major's archive gets a base backup)
+    wait_for("the old major's base backup", lambda: backup_status(real, ns, "mj-base").get("phase") == "Completed"
+             and get(real, ns, "mj")["status"].get("recoverableArchive"), timeout=420, interval=3)
 
     asked = time.time()
     real.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "mj",
@@ -234,18 +225,16 @@ def test_a_major_upgrade_under_writes_keeps_every_acknowledged_row(
     refused = [seq for seq, why in writes.reasons.items() if "pg_hba.conf rejects connection" in why]
     assert refused, "the writer was never refused: the fence was not seen"
     # The new major archives apart (its WAL names begin again), and its first base backup is taken for it.
-    uid = get(real, ns, "mj")["metadata"]["uid"]
-    post = f"mj-post-{new.replace('.', '-')}-{uid[:8]}"
-    based = wait_for(f"the new major's base backup {post}", lambda: (
-        st := backup_status(real, ns, post) if post in backups(real, ns) else {}).get("phase") in ("Completed", "Failed")
-        and st, timeout=420, interval=3)
+    based = wait_for("the new major's base backup", lambda: (
+        st := backup_status(real, ns, n) if (n := backup_named(real, ns, "mj", "NewArchive")) else {}).get(
+        "phase") in ("Completed", "Failed") and st, timeout=420, interval=3)
     new_major = new.split(".")[0]
     assert (based["phase"], based["method"]) == ("Completed", "physical"), based
     assert f"/{ns}/mj/pg{new_major}/base/" in based["location"], based
     recoverable = wait_for("the recoverable range of the new major", lambda: (
         (st := get(real, ns, "mj")["status"]).get("firstRecoverabilityPoint") and st.get("lastRecoverabilityPoint")
-        and (st.get("archive") or {}).get("destination", "").endswith(f"/pg{new_major}") and st), timeout=240,
-                           interval=5)
+        and st.get("recoverableArchive", "").endswith(f"/pg{new_major}")
+        and (st.get("archive") or {}).get("destination") == st["recoverableArchive"] and st), timeout=240, interval=5)
     archiving = next(c for c in recoverable["conditions"] if c["type"] == "ContinuousArchiving")
     assert archiving["status"] == "True", archiving
     assert recoverable["firstRecoverabilityPoint"] >= time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(done - 120)), \

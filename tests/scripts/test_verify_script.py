@@ -54,7 +54,8 @@ def drill_box(tmp: Path, base: Path, archive: Path) -> tuple[Path, dict[str, str
         (fake / package / "__init__.py").write_text(body)
     (fake / "botocore" / "config.py").write_text("class Config:\n    def __init__(self, **_):\n        pass\n")
     (fake / "botocore" / "exceptions.py").write_text(
-        "class BotoCoreError(Exception):\n    pass\n\n\nclass ClientError(Exception):\n"
+        "class BotoCoreError(Exception):\n    pass\n\n\nclass NoCredentialsError(BotoCoreError):\n    pass\n\n\n"
+        "class ClientError(Exception):\n"
         "    def __init__(self, response):\n        super().__init__(str(response))\n        self.response = response\n")
     (etc / "postgresql.conf").write_text("max_connections = 20\narchive_mode = always\n"
                                          "archive_command = '/bin/false'\n")

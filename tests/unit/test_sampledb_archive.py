@@ -68,8 +68,17 @@ def test_the_store_s_answer_names_the_field_to_fix() -> None:
         "spec.restoreFrom.objectStore.endpointURL: the object store at http://s3.local:9000 does not answer (Could "
         "not connect to the endpoint URL): check the URL")
     assert said("AuthorizationHeaderMalformed").startswith("spec.restoreFrom.objectStore.region: ")
+    assert said("NoCredentials").startswith("spec.restoreFrom.objectStore.credentials: no keys to sign with")
     assert said("InternalError", "y" * 500).startswith("spec.restoreFrom.objectStore: the object store at ")
     assert len(said("InternalError", "y" * 500)) < 250  # (the store's words shortened: the fix must show)
+
+
+def test_the_store_s_answer_never_shows_the_keys_even_as_python_escapes_them(monkeypatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE\r")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t")
+    said = store_py.problem("", "Invalid header value b'AWS4-HMAC-SHA256 Credential=AKIAEXAMPLE\\r/2026' s3cr3t", "f",
+                            "b", "s")
+    assert "AKIAEXAMPLE" not in said and "s3cr3t" not in said and "<access key id>" in said, said
 
 
 def report(**fields: object) -> str:
@@ -159,13 +168,14 @@ def test_the_last_recoverability_point_is_the_newest_segment_archived_once_a_bas
     # the object store removed: no point at all
     was = {**backed_up, "lastRecoverabilityPoint": "1970-01-01T00:16:30Z"}
     assert status.sampledb_status(found(status=was))["status"]["lastRecoverabilityPoint"] is None
-    # a major upgrade done: the range was the old major's archive; the new one's begins with its own base backup
-    upgraded = status.sampledb_status(found(archive=healthy, status=was, upgrade_completed=True, upgrade_from="15.18",
-                                            upgrade_to="18.1"))["status"]
-    assert upgraded["firstRecoverabilityPoint"] is None and upgraded["lastRecoverabilityPoint"] is None
-    minor = status.sampledb_status(found(archive=healthy, status=was, upgrade_completed=True, upgrade_from="15.18",
-                                         upgrade_to="15.20"))["status"]
-    assert "firstRecoverabilityPoint" not in minor and minor["lastRecoverabilityPoint"] == "1970-01-01T00:16:30Z"
+    # the range is the archive's the last base backup went to: while the primary archives elsewhere (a major upgrade's
+    # new database, a new path), there is none
+    same = {**backed_up, "recoverableArchive": "s3://sampledb/ns/db/pg15"}
+    assert status.sampledb_status(found(archive=healthy, status=same))["status"]["lastRecoverabilityPoint"] == \
+        "1970-01-01T00:16:30Z"
+    elsewhere = status.sampledb_status(found(archive={**healthy, "destination": "s3://sampledb/ns/db/pg18"},
+                                             status=same))["status"]
+    assert elsewhere["firstRecoverabilityPoint"] is None and elsewhere["lastRecoverabilityPoint"] is None
 
 
 def test_a_failing_archive_is_an_event_once_and_its_recovery_another() -> None:

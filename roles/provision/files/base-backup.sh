@@ -51,7 +51,7 @@ fi
 # What the store holds, read once (each read is every backup.info): this backup's fields as key=value pairs, each
 # value one word, and the oldest DONE backup, when a recovery can reach back to (its end). In barman's own Python.
 listing=$(timeout -k 5 "$limit" barman-cloud-backup-list "${s3_args[@]}" --format json "$SAMPLEDB_S3_URL" "$server" \
-  2>/dev/null) || fail "barman-cloud-backup-list could not read $SAMPLEDB_S3_URL/$server"
+  2>/dev/null) || fail "$(explained "barman-cloud-backup-list could not read $SAMPLEDB_S3_URL/$server")"
 fields=$(printf '%s' "$listing" | NAME=$name "${BARMAN_PYTHON:-/opt/barman/bin/python}" -c '
 import json, os, sys
 backups = json.load(sys.stdin).get("backups_list", [])

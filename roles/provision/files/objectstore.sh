@@ -10,8 +10,8 @@
 #   redacted TEXT          TEXT's last line that says something, the keys replaced, barman's timestamp and pid cut,
 #                          at most 500 characters
 #   store_problem          what is wrong with the settings, naming the spec field (store.py probe), or nothing
-#   explained TEXT         after a failed barman-cloud call that printed TEXT: store_problem's sentence when it finds
-#                          one (barman's words for a refused key or a missing bucket are any error's), else TEXT
+#   explained TEXT         after a failed barman-cloud call that printed TEXT: store_problem's sentence when it names
+#                          a field (barman's words for a refused key or a missing bucket are any error's), else TEXT
 objectstore_env=$(dirname "${BASH_SOURCE[0]}")/objectstore.env
 objectstore_settings() {
   local file=${1:-$objectstore_env}
@@ -21,6 +21,10 @@ objectstore_settings() {
 objectstore_keys() {
   AWS_ACCESS_KEY_ID=$(<"$SAMPLEDB_S3_KEYS/ACCESS_KEY_ID") && AWS_SECRET_ACCESS_KEY=$(<"$SAMPLEDB_S3_KEYS/ACCESS_SECRET_KEY") ||
     return 1
+  # (a Secret made from a file with CRLF or a trailing space: what was meant is the key without them)
+  AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID//[$'\r\n\t ']/} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY//[$'\r\n\t ']/}
+  # (an empty key is no key: boto would look for another, such as the node's instance role)
+  [ -n "$AWS_ACCESS_KEY_ID" ] && [ -n "$AWS_SECRET_ACCESS_KEY" ] || return 1
   export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_DEFAULT_REGION=$SAMPLEDB_S3_REGION
   export AWS_MAX_ATTEMPTS=2 AWS_RETRY_MODE=standard
   s3_args=()
@@ -41,17 +45,21 @@ redacted() {
 }
 store_problem() {
   local said rc=0
+  # (its answer on stdout only: a warning on stderr is no problem with the settings; bounded apart from barman's calls,
+  # short: it follows one that failed, and a server's shutdown waits for the archiver)
   said=$(SAMPLEDB_S3_URL=$SAMPLEDB_S3_URL SAMPLEDB_S3_ENDPOINT=${SAMPLEDB_S3_ENDPOINT:-} \
-    SAMPLEDB_S3_REGION=${SAMPLEDB_S3_REGION:-} SAMPLEDB_S3_FIELD=${SAMPLEDB_S3_FIELD:-} timeout -k 5 "$limit" \
-    "${BARMAN_PYTHON:-/opt/barman/bin/python}" "$(dirname "${BASH_SOURCE[0]}")/store.py" probe 2>&1) || rc=$?
+    SAMPLEDB_S3_REGION=${SAMPLEDB_S3_REGION:-} SAMPLEDB_S3_FIELD=${SAMPLEDB_S3_FIELD:-} timeout -k 2 15 \
+    "${BARMAN_PYTHON:-/opt/barman/bin/python}" "$(dirname "${BASH_SOURCE[0]}")/store.py" probe 2>/dev/null) || rc=$?
   case $rc in
     0) redacted "$said" ;;
-    124|137) echo "${SAMPLEDB_S3_FIELD:-spec.backup.objectStore}.endpointURL: the object store at ${SAMPLEDB_S3_ENDPOINT:-AWS S3} does not answer within ${limit}s" ;;
-    *) echo "store.py probe failed: $(redacted "$said")" >&2 ;;  # (barman's own message stands)
+    124|137) echo "${SAMPLEDB_S3_FIELD:-spec.backup.objectStore}.endpointURL: the object store at ${SAMPLEDB_S3_ENDPOINT:-AWS S3} does not answer within 15s" ;;
+    *) echo "store.py probe failed (exit status $rc)" >&2 ;;  # (barman's own message stands)
   esac
 }
 explained() {
   local problem
   problem=$(store_problem)
-  if [ -n "$problem" ]; then printf '%s\n' "$problem"; else printf '%s\n' "$1"; fi
+  # (only a field named: a store's passing error, a 5xx, is better said by barman's own message)
+  if [[ $problem == "${SAMPLEDB_S3_FIELD:-spec.backup.objectStore}."* ]]; then printf '%s\n' "$problem"
+  else printf '%s\n' "$1"; fi
 }

@@ -28,7 +28,7 @@ took a physical backup there"
   rm -rf "$new" "$boot" "$log_file"
   echo "replay.sh: recovering from $SAMPLEDB_S3_URL/$store_server: base backup $replay_backup_id" >&2
   answer=$(barman-cloud-restore "${s3_args[@]}" "$SAMPLEDB_S3_URL" "$store_server" "$replay_backup_id" "$new" 2>&1) ||
-    recovery_failed "barman-cloud-restore: $answer"
+    recovery_failed "barman-cloud-restore: $(explained "$answer")"
   [ -f "$new/backup_label" ] ||
     recovery_failed "base backup $replay_backup_id has no backup_label: not a backup a server can start from"
   # (copied from a standby: it must end its recovery, not stream; the source's ALTER SYSTEM settings and its archive's

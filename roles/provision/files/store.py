@@ -38,20 +38,31 @@ def where() -> tuple[str, str, str]:
     return bucket, path.strip("/"), endpoint or f"AWS S3 ({os.environ.get('SAMPLEDB_S3_REGION') or 'us-east-1'})"
 
 
-def client():
+def client(connect: int = 10, read: int = 20, attempts: int = 2):
     import boto3
     from botocore.config import Config
 
     endpoint = os.environ.get("SAMPLEDB_S3_ENDPOINT") or None
     return boto3.client("s3", endpoint_url=endpoint, config=Config(
-        s3={"addressing_style": "path"} if endpoint else {}, connect_timeout=10, read_timeout=20,
-        retries={"max_attempts": 2}))
+        s3={"addressing_style": "path"} if endpoint else {}, connect_timeout=connect, read_timeout=read,
+        retries={"max_attempts": attempts}))
+
+
+def hidden(text: str) -> str:
+    """``text`` without the keys, as they are and as Python escapes them (a key read with a stray CR shows as \\r)."""
+    for var, name in (("AWS_SECRET_ACCESS_KEY", "<secret access key>"), ("AWS_ACCESS_KEY_ID", "<access key id>")):
+        key = os.environ.get(var) or ""
+        for form in {key, repr(key)[1:-1], key.strip()} - {""}:
+            text = text.replace(form, name)
+    return text
 
 
 def problem(code: str, detail: str, field: str, bucket: str, store: str, http: int = 0) -> str:
     """The sentence for a failed listing of the archive's path: the field to fix first. ``code`` is S3's error code
     (``http`` its HTTP status), or '' when the store did not answer at all (``detail`` says how)."""
-    detail = " ".join(detail.split(': "http')[0].split())[:120]
+    detail = " ".join(hidden(detail).split(': "http')[0].split())[:120]
+    if code == "NoCredentials":
+        return f"{field}.credentials: no keys to sign with ({detail}): the Secret this field names has empty keys"
     if not code:
         return (f"{field}.endpointURL: the object store at {store} does not answer ({detail}): check the URL, and that "
                 f"the store runs and this pod may reach it")
@@ -60,19 +71,23 @@ def problem(code: str, detail: str, field: str, bucket: str, store: str, http: i
                 f"(SampleDB does not create buckets)")
     if code in REFUSED_KEYS or http == 403:
         return (f"{field}.credentials: the object store at {store} refused the keys ({code}: {detail}): put keys it "
-                f"accepts, allowed to read and write bucket {bucket}, in the Secret this field names")
+                f"accepts, allowed to list, read and write bucket {bucket} (and check that the bucket is yours), in "
+                f"the Secret this field names")
     if code in WRONG_REGION:
         return f"{field}.region: bucket {bucket} is not in this region for {store} ({code}: {detail})"
     return f"{field}: the object store at {store} refused to list bucket {bucket} ({code}: {detail})"
 
 
 def probe() -> str:
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     field = os.environ.get("SAMPLEDB_S3_FIELD") or "spec.backup.objectStore"
     bucket, path, store = where()
     try:
-        client().list_objects_v2(Bucket=bucket, Prefix=f"{path}/" if path else "", MaxKeys=1)
+        # (one quick try: it follows a call that failed, within the archiver's time)
+        client(5, 10, 1).list_objects_v2(Bucket=bucket, Prefix=f"{path}/" if path else "", MaxKeys=1)
+    except NoCredentialsError as error:
+        return problem("NoCredentials", str(error), field, bucket, store)
     except ClientError as error:
         said = error.response.get("Error") or {}
         http = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)

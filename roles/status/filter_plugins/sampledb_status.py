@@ -329,8 +329,10 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
         report["lastRecoverabilityPoint"] = until
     elif not f["archive"] and status.get("lastRecoverabilityPoint"):  # (the object store removed)
         report["lastRecoverabilityPoint"] = None
-    if f["upgrade_completed"] and f["upgrade_from"].split(".")[0] != f["upgrade_to"].split(".")[0]:
-        # (the recoverable range was the old major's archive: the new one's begins with its first base backup)
+    recorded = _text(status.get("recoverableArchive"))
+    if recorded and archive.get("destination") and archive["destination"] != recorded:
+        # (the range is that of the archive the last base backup went to: the primary archives elsewhere now, after
+        # a major upgrade or a new bucket or path, whose range begins with its first base backup)
         report.update(firstRecoverabilityPoint=None, lastRecoverabilityPoint=None)
     identity = found.get("identity") or {}
     if isinstance(identity, dict) and (identity.get("systemIdentifier") or identity.get("error")) and \
