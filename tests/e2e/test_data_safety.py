@@ -10,6 +10,7 @@ import pytest
 
 from kubectl_sampledb.sql import lsn
 from localcluster import images
+from localcluster.cluster import LocalCluster
 from tests.kube import Kube, wait_for
 from tests.objectstore import STORE, keys_secret
 from tests.realnode import (
@@ -188,7 +189,7 @@ def test_async_a_failover_never_promotes_a_replica_further_behind_than_the_bound
 
 
 def test_a_major_upgrade_under_writes_keeps_every_acknowledged_row(
-        real: Kube, real_namespace: str, real_sampledb_operator) -> None:
+        real: Kube, real_namespace: str, local: LocalCluster, real_sampledb_operator) -> None:
     """15 → 18 by dump and load: the old server is fenced (only the superuser and the replicas may connect, every
     other session ended) before the dump, and the new one until the dump is loaded, so a write is either refused or in
     the new version.
@@ -231,6 +232,8 @@ def test_a_major_upgrade_under_writes_keeps_every_acknowledged_row(
     new_major = new.split(".")[0]
     assert (based["phase"], based["method"]) == ("Completed", "physical"), based
     assert f"/{ns}/mj/pg{new_major}/base/" in based["location"], based
+    assert (local.node.layout.objectstore / "sampledb" / ns / "mj" / f"pg{new_major}" / "base" / based["backupId"]
+            ).is_dir(), based
     recoverable = wait_for("the recoverable range of the new major", lambda: (
         (st := get(real, ns, "mj")["status"]).get("firstRecoverabilityPoint") and st.get("lastRecoverabilityPoint")
         and st.get("recoverableArchive", "").endswith(f"/pg{new_major}")

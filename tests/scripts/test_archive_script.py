@@ -110,7 +110,12 @@ def test_a_failure_without_a_message_and_unreadable_keys_are_recorded(box: Box) 
     assert base64.b64decode(box.report()["error"]).decode() == "exit status 3, no message"
     (box.root / "keys" / "ACCESS_SECRET_KEY").unlink()
     box.archive(f"pg_wal/{SEGMENT}")
-    assert "keys are not readable" in base64.b64decode(box.report()["error"]).decode()
+    said = base64.b64decode(box.report()["error"]).decode()
+    assert said.startswith("spec.backup.objectStore.credentials: the keys in ") and said.endswith("missing or empty")
+    # a key that is only a line end (a Secret made from an empty file) is no key
+    (box.root / "keys" / "ACCESS_SECRET_KEY").write_text("\r\n")
+    box.archive(f"pg_wal/{SEGMENT}")
+    assert base64.b64decode(box.report()["error"]).decode().endswith("missing or empty")
 
 
 def test_a_standby_never_uploads_and_is_done_once_the_primary_archived_as_far_timeline_first(box: Box) -> None:

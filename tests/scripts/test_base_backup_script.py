@@ -82,7 +82,7 @@ def test_it_backs_up_the_mounted_servers_data_under_a_name_of_its_own_and_report
                       "begin_wal": "000000010000000000000005", "end_wal": "000000010000000000000005",
                       "timeline": "1", "begin_time": "2026-11-28T06:00:00+00:00",
                       "end_time": "2026-11-28T06:00:09+00:00", "status": "DONE",
-                      "server": "db-1"}
+                      "server": "db-1", "archive": "s3://b/ns/db/pg15"}
     assert SECRET not in done.stdout + done.stderr + report
 
 

@@ -98,6 +98,10 @@ def test_the_primary_s_report_becomes_status_archive() -> None:
     assert ok["lastArchivedWal"] == "000000010000000000000003" and ok["lastArchivedAt"] == "1970-01-01T00:16:30Z"
     assert (ok["waitingSegments"], ok["lagSeconds"]) == (2, 45)
     assert "2 waiting" in ok["message"]
+    # (where the primary checked and archives: for the operator, not status)
+    assert ok["archivesTo"] == "" and archive.sampledb_archive_report(
+        report(checked="s3://sampledb/ns/db/pg15"), "s3://x")["archivesTo"] == "s3://sampledb/ns/db/pg15"
+    assert "archivesTo" not in status.sampledb_status(found(archive=ok))["status"]["archive"]
     unread = archive.sampledb_archive_report("", "s3://sampledb/ns/db", "db-0")
     assert unread["healthy"] is None and unread["reason"] == "NotRead" and "db-0" in unread["message"]
     assert archive.sampledb_archive_report(None, "s3://x/y")["message"] == "there is no primary to ask"
@@ -175,7 +179,13 @@ def test_the_last_recoverability_point_is_the_newest_segment_archived_once_a_bas
         "1970-01-01T00:16:30Z"
     elsewhere = status.sampledb_status(found(archive={**healthy, "destination": "s3://sampledb/ns/db/pg18"},
                                              status=same))["status"]
-    assert elsewhere["firstRecoverabilityPoint"] is None and elsewhere["lastRecoverabilityPoint"] is None
+    # (the range stays that archive's, which reaches no further than the change: not to the newest WAL elsewhere)
+    assert "firstRecoverabilityPoint" not in elsewhere and elsewhere["lastRecoverabilityPoint"] is None
+    # a range recorded before recoverableArchive was is the archive's the primary reports (not while upgrading)
+    adopted = status.sampledb_status(found(archive=healthy, status=backed_up))["status"]
+    assert adopted["recoverableArchive"] == "s3://sampledb/ns/db/pg15"
+    assert "recoverableArchive" not in status.sampledb_status(found(archive=healthy, status=backed_up,
+                                                                    upgrade_active=True))["status"]
 
 
 def test_a_failing_archive_is_an_event_once_and_its_recovery_another() -> None:

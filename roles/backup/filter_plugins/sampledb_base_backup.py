@@ -35,6 +35,8 @@ _REPORTED = {
     # (spec.backup.retentionPolicy: what the store kept, for the database's status and the records of backups gone)
     "oldest_kept": "oldestKept",
     "first_recoverability": "firstRecoverabilityPoint",
+    # (for the database's status.recoverableArchive: where the Job put it)
+    "archive": "archive",
 }
 
 

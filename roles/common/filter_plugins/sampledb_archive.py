@@ -140,6 +140,9 @@ def sampledb_archive_report(text: Any, location: str = "", server: str = "") -> 
         "lastErrorAt": None,
         "gapFrom": fields.get("gap") or None,
     }
+    # (not for status: the destination the primary checked empty and archives to, which an edit of the settings
+    # changes only once it archived there)
+    report["archivesTo"] = fields.get("checked") or ""
     mode = fields.get("archive_mode") or ""
     if mode and mode != "always":
         report.update(healthy=None, reason="NotArchivingYet",

@@ -57,10 +57,12 @@ destination="$SAMPLEDB_S3_URL/pg$major"
 
 if [ -n "$report" ]; then
   # one line: now, the last success (epoch, segment), the last error (epoch, base64), the files waiting and the
-  # oldest one's age (its .ready mark's time), the server's archive_mode, the first WAL a standby let go (if any)
+  # oldest one's age (its .ready mark's time), the server's archive_mode, the first WAL a standby let go (if any), the
+  # destination checked empty and archived to since
   read -r last_ok last_wal 2>/dev/null <"$ok_file" || { last_ok=""; last_wal=""; }
   read -r error_at error 2>/dev/null <"$error_file" || { error_at=""; error=""; }
   read -r gap 2>/dev/null <"$gap_file" || gap=""
+  read -r checked 2>/dev/null <"$marker" || checked=""
   ready=0 oldest=""
   for f in "$PGDATA"/pg_wal/archive_status/*.ready; do
     [ -e "$f" ] || continue
@@ -70,7 +72,7 @@ if [ -n "$report" ]; then
   done
   mode=$(PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=3 timeout -k 2 10 psql -X -w -A -t -q -d postgres \
     -c "show archive_mode" 2>/dev/null)
-  echo "now=$(date +%s) last_ok=$last_ok last_wal=$last_wal error_at=$error_at error=$error ready=$ready oldest_ready=$oldest destination=$destination archive_mode=$mode gap=$gap"
+  echo "now=$(date +%s) last_ok=$last_ok last_wal=$last_wal error_at=$error_at error=$error ready=$ready oldest_ready=$oldest destination=$destination archive_mode=$mode gap=$gap checked=$checked"
   exit 0
 fi
 
@@ -113,7 +115,7 @@ if [ -e "$stopping_file" ]; then
   exit 1
 fi
 objectstore_keys ||
-  failed 1 "the object store's keys are not readable in $SAMPLEDB_S3_KEYS: see spec.backup.objectStore.credentials"
+  failed 1 "spec.backup.objectStore.credentials: the keys in $SAMPLEDB_S3_KEYS are missing or empty"
 # (a call that times out, 124 or 137, becomes this script's 1, as every failure does)
 
 # (a failed call is explained by the store's own answer when it names a field: keys refused, no bucket, no answer)

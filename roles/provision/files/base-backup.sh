@@ -37,6 +37,9 @@ fi
 # (a final backup, REQUIRE_FENCE: taken from the primary once its clients are kept out, so that its end, and the WAL
 # archived up to it, come after every write it acknowledged)
 wait_for_fence >&2 || fail "the server $PGHOST did not fence its clients ($REQUIRE_FENCE) within ${PG_WAIT_SECONDS:-300}s"
+# (barman-cloud-backup would create a bucket that is not there: a typo's)
+problem=$(store_problem)
+[ -z "$problem" ] || fail "$problem"
 log=$(barman-cloud-backup "${s3_args[@]}" "${compress[@]}" --immediate-checkpoint --name "$name" \
   --host "$PGHOST" --port "${PGPORT:-5432}" --user "${PGUSER:-postgres}" --dbname postgres \
   "$SAMPLEDB_S3_URL" "$server" 2>&1) || fail "$(explained "$log")"
@@ -69,5 +72,7 @@ print(" ".join(f"{k}={str(v).replace(chr(32), chr(84))}" for k, v in pairs.items
 size=$(du -sb --exclude=pg_wal "$PGDATA" 2>/dev/null | cut -f1)
 [ -z "$size" ] || fields+=" size=$size"
 fields+=$retention
+# (the archive it went to, as this Job read the settings: an edit since does not move it)
+fields+=" archive=$SAMPLEDB_S3_URL/$server"
 echo "base-backup.sh: $fields" >&2
 printf '%s server=%s\n' "$fields" "${SOURCE_SERVER:-}" >"$report"

@@ -319,7 +319,8 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
     for field, key in (("storageSize", "storage_size"), ("backupStorageSize", "backup_storage_size")):
         if _text(found.get(key)):
             report[field] = _text(found.get(key))
-    archive = {k: v for k, v in f["archive"].items() if k not in ("healthy", "reason", "message", "unread")}
+    archive = {k: v for k, v in f["archive"].items()
+               if k not in ("healthy", "reason", "message", "unread", "archivesTo")}
     if f["archive"] and not archive:  # not read in this run: what was last read stands
         archive = dict(status.get("archive") or {})
     report["archive"] = archive or None
@@ -330,10 +331,15 @@ def sampledb_status(found: dict[str, Any]) -> dict[str, Any]:
     elif not f["archive"] and status.get("lastRecoverabilityPoint"):  # (the object store removed)
         report["lastRecoverabilityPoint"] = None
     recorded = _text(status.get("recoverableArchive"))
-    if recorded and archive.get("destination") and archive["destination"] != recorded:
-        # (the range is that of the archive the last base backup went to: the primary archives elsewhere now, after
-        # a major upgrade or a new bucket or path, whose range begins with its first base backup)
-        report.update(firstRecoverabilityPoint=None, lastRecoverabilityPoint=None)
+    destination = _text(archive.get("destination"))
+    if recorded and destination and destination != recorded:
+        # (the range is that of the archive the last base backup went to, which the primary no longer archives to
+        # after a major upgrade or a new bucket or path: it recovers from firstRecoverabilityPoint to somewhere
+        # before that change, not to the newest WAL; the new archive's range begins with its first base backup)
+        report["lastRecoverabilityPoint"] = None
+    elif not recorded and status.get("firstRecoverabilityPoint") and destination and not f["upgrade_active"]:
+        # (a range recorded before recoverableArchive was: the archive the primary reports is the one it is about)
+        report["recoverableArchive"] = destination
     identity = found.get("identity") or {}
     if isinstance(identity, dict) and (identity.get("systemIdentifier") or identity.get("error")) and \
             identity.get("checkedAt"):
