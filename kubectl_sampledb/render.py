@@ -89,7 +89,9 @@ def _summary(s: DatabaseStatus, paint: Paint) -> list[str]:
         rows.append(("Archive", _archive(s, paint)))
     if s.recoverable:
         first, last = s.recoverable
-        rows.append(("Recoverable", f"from {first}" + (f" to {last}" if last else "")))
+        rows.append(("Recoverable", f"from {first}" + (f" to {last}" if last else "") + (
+            f" in {s.recoverable_elsewhere} (the primary archives elsewhere now, which has no base backup yet)"
+            if s.recoverable_elsewhere else "")))
     width = max(len(k) for k, _ in rows) + 2
     return [f"  {(k + ':').ljust(width)}{v}" for k, v in rows]
 

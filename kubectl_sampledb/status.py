@@ -148,6 +148,8 @@ class DatabaseStatus:
     archive: dict[str, Any] | None = None  # status.archive: continuous archiving, as the primary last reported it
     # status.firstRecoverabilityPoint and lastRecoverabilityPoint: the times a recovery from the object store can reach
     recoverable: tuple[str, str] | None = None
+    # the archive that range is in, when the primary archives elsewhere (a major upgrade, a new bucket or path)
+    recoverable_elsewhere: str = ""
 
 
 def gather(cluster: Cluster, name: str, backups: int = 5, events: int = 5, now: datetime | None = None,
@@ -182,7 +184,9 @@ def gather(cluster: Cluster, name: str, backups: int = 5, events: int = 5, now: 
         operator=_operator(st, meta, now), events=_events(recent, events, now),
         notes=notes, observed_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"), archive=st.get("archive") or None,
         recoverable=(st["firstRecoverabilityPoint"], st.get("lastRecoverabilityPoint") or "")
-        if st.get("firstRecoverabilityPoint") else None)
+        if st.get("firstRecoverabilityPoint") else None,
+        recoverable_elsewhere=st.get("recoverableArchive") or ""
+        if st.get("recoverableArchive") not in (None, "", (st.get("archive") or {}).get("destination")) else "")
 
 
 def _optional(notes: list[str], read: Callable[[], T]) -> T | None:

@@ -824,3 +824,12 @@ def test_status_shows_continuous_archiving_when_an_object_store_is_set(world: Wo
     summary = run(world, "status", "inventory")[1].split("\n\n")[0]
     line = next(x for x in summary.splitlines() if x.strip().startswith("Recoverable:"))
     assert line.split("Recoverable:", 1)[1].strip() == "from 2026-11-24T06:00:09+00:00 to 2026-11-24T11:59:30Z"
+    # after a major upgrade, until the new archive has a base backup: the range is the old archive's, up to the change
+    world.custom.add(SAMPLEDBS, sampledb(firstRecoverabilityPoint="2026-11-24T06:00:09+00:00",
+                                         recoverableArchive="s3://sampledb/shop/inventory/pg15",
+                                         archive={"destination": "s3://sampledb/shop/inventory/pg18"}))
+    summary = run(world, "status", "inventory")[1].split("\n\n")[0]
+    line = next(x for x in summary.splitlines() if x.strip().startswith("Recoverable:"))
+    assert line.split("Recoverable:", 1)[1].strip() == (
+        "from 2026-11-24T06:00:09+00:00 in s3://sampledb/shop/inventory/pg15 (the primary archives elsewhere now, "
+        "which has no base backup yet)")
