@@ -195,7 +195,9 @@ def test_a_physical_backup_copies_a_replica_to_the_store_and_says_what_it_holds(
     # (the sample's retentionPolicy, 7d, keeps both: a recovery can reach back to the end of the first)
     recoverable = get(nodes, ns, "ledger")["status"].get("firstRecoverabilityPoint", "")
     assert recoverable[:19] == done["endTime"][:19], (recoverable, done)
-    # and how far forward: the newest segment archived, after the newest base backup's end
+    # and how far forward: the newest segment archived, after the newest base backup's end (one is written and
+    # switched: an idle primary archives nothing new, and a backup taken from a replica writes nothing on it)
+    switch_and_archive(nodes, ns, primary)
     poke(nodes, ns, "ledger")
     until = wait_for("status.lastRecoverabilityPoint", lambda: (
         st := get(nodes, ns, "ledger")["status"]).get("lastRecoverabilityPoint", "") >= again["endTime"][:19] and st,
