@@ -49,6 +49,13 @@ failed() {
   if [ -n "$report" ]; then echo "now=$(date +%s) error_at=$(date +%s) error=$(b64 "$message")"; exit 0; fi
   exit 1
 }
+# failed, for a barman-cloud call that ended with RC and printed OUT: explained by the store's own answer when that
+# names a field (keys refused, no bucket, no answer), unless the call timed out
+call_failed() {
+  local rc=$1 out=$2
+  [[ $rc == 124 || $rc == 137 ]] || out=$(explained "$out")
+  failed "$rc" "$out"
+}
 
 objectstore_settings || failed 1 "no $objectstore_env: spec.backup.objectStore is not rolled out to this server yet"
 major=$(cat "$PGDATA/PG_VERSION" 2>/dev/null) || failed 1 "no $PGDATA/PG_VERSION: this server holds no database"
@@ -118,16 +125,15 @@ objectstore_keys ||
   failed 1 "spec.backup.objectStore.credentials: the keys in $SAMPLEDB_S3_KEYS are missing or empty"
 # (a call that times out, 124 or 137, becomes this script's 1, as every failure does)
 
-# (a failed call is explained by the store's own answer when it names a field: keys refused, no bucket, no answer)
 if [ "$(cat "$marker" 2>/dev/null)" != "$destination" ]; then
   # (barman would create a bucket that is not there: a typo's, or one these keys may not make)
   problem=$(store_problem)
   [ -z "$problem" ] || failed 1 "$problem"
   out=$(timeout -k 5 "$limit" barman-cloud-check-wal-archive "${s3_args[@]}" "$SAMPLEDB_S3_URL" "pg$major" 2>&1) ||
-    { rc=$?; [[ $rc == 124 || $rc == 137 ]] || out=$(explained "$out"); failed $rc "$out"; }
+    call_failed $? "$out"
   printf '%s\n' "$destination" >"$marker.tmp" && mv -f "$marker.tmp" "$marker" || failed 1 "cannot write $marker"
 fi
 out=$(timeout -k 5 "$limit" barman-cloud-wal-archive "${s3_args[@]}" "${compress[@]}" "$SAMPLEDB_S3_URL" \
-  "pg$major" "$wal_path" 2>&1) || { rc=$?; [[ $rc == 124 || $rc == 137 ]] || out=$(explained "$out"); failed $rc "$out"; }
+  "pg$major" "$wal_path" 2>&1) || call_failed $? "$out"
 record "$ok_file" "$(date +%s) $wal"
 rm -f "$error_file"
